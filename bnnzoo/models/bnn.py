@@ -1,0 +1,155 @@
+"""``BNN``: a Pyro model built from a :class:`BNNSpec`.
+
+The network is written once, as a pure function of a dict of weights
+(:meth:`BNN.apply`). Weights may carry one leading batch dimension (one entry
+per chain or per posterior draw), so the same code serves the Pyro model, the
+fast flat-vector potential of many chains, and posterior prediction.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import pyro
+import torch
+import torch.nn.functional as F
+from pyro.nn import PyroModule
+
+from .likelihoods import Bernoulli, Likelihood
+from .priors import Site
+from .spec import BNNSpec, Conv2d, spec_from
+
+ACTIVATION_FUNCTIONS = {
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "relu": F.relu,
+    "leaky_relu": F.leaky_relu,
+    "softplus": F.softplus,
+    "gelu": F.gelu,
+    "linear": lambda h: h,
+    None: lambda h: h,
+}
+
+OBSERVED = "obs"
+
+
+def _conv(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, layer: Conv2d) -> torch.Tensor:
+    """Convolution for plain (``w: [O, I, k, k]``) or batched weights (``w: [B, O, I, k, k]``).
+
+    Batched weights run as one grouped convolution: the batch is folded into
+    the channel dimension.
+    """
+    if w.dim() == 4:
+        return F.conv2d(h, w, b, stride=layer.stride, padding=layer.padding)
+    nb, out_ch, in_ch = w.shape[:3]
+    if h.dim() == 4:  # the input image is shared by every batch member
+        h = h.unsqueeze(0).expand(nb, *h.shape)
+    n = h.shape[1]
+    folded = h.transpose(0, 1).reshape(n, nb * in_ch, *h.shape[-2:])
+    bias = None if b is None else b.reshape(-1)
+    out = F.conv2d(folded, w.reshape(nb * out_ch, *w.shape[2:]), bias,
+                   stride=layer.stride, padding=layer.padding, groups=nb)
+    return out.reshape(n, nb, out_ch, *out.shape[-2:]).transpose(0, 1)
+
+
+def _max_pool(h: torch.Tensor, size: int) -> torch.Tensor:
+    lead = h.shape[:-3]
+    pooled = F.max_pool2d(h.reshape(-1, *h.shape[-3:]), size)
+    return pooled.reshape(*lead, *pooled.shape[-3:])
+
+
+class BNN(PyroModule):
+    """A Bayesian neural network as a Pyro model: ``model(x, y=None)``.
+
+    Sample sites: every weight and bias (``layers.<i>.weight``,
+    ``layers.<i>.bias``), any auxiliary prior sites (horseshoe scales), the
+    learned noise variance ``noise_var`` if any, and the observed site ``obs``
+    inside the plate ``data``.
+
+    Examples
+    --------
+    >>> from bnnzoo.models import BNN, BNNSpec, Dense, Laplace
+    >>> model = BNN(BNNSpec(layers=[Dense(20, "tanh"), Dense(1)], input_dim=1, prior=Laplace(1.0)))
+    >>> f = model(torch.zeros(5, 1))   # a draw from the prior predictive
+    """
+
+    def __init__(self, spec: BNNSpec | Mapping | str):
+        super().__init__()
+        self.spec = spec_from(spec)
+        self.param_shapes = self.spec.param_shapes()
+        self.sites: list[Site] = [
+            site
+            for name, shape in self.param_shapes.items()
+            for site in self.spec.prior_for(name).sites(name, shape)
+        ] + self.likelihood.sites()
+
+    # ----------------------------------------------------------- properties
+    @property
+    def likelihood(self) -> Likelihood:
+        return self.spec.likelihood
+
+    @property
+    def task(self) -> str:
+        return self.likelihood.task
+
+    @property
+    def num_params(self) -> int:
+        """Number of scalar latent values (weights, biases and auxiliary scales)."""
+        return sum(math.prod(site.shape) for site in self.sites)
+
+    # -------------------------------------------------------------- network
+    def prepare_input(self, x: torch.Tensor) -> torch.Tensor:
+        """Rows of ``x`` reshaped to ``input_shape`` for convolutional models."""
+        if self.spec.input_shape is not None and x.dim() == 2:
+            return x.reshape(x.shape[0], *self.spec.input_shape)
+        return x
+
+    def apply(self, values: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """Network output ``f`` for weights ``values``: ``[N, out]``, or
+        ``[B, N, out]`` when every weight has one leading batch dim of size B."""
+        h = self.prepare_input(x)
+        for i, layer in enumerate(self.spec.layers):
+            w = values[f"layers.{i}.weight"]
+            b = values.get(f"layers.{i}.bias")
+            if isinstance(layer, Conv2d):
+                h = ACTIVATION_FUNCTIONS[layer.activation](_conv(h, w, b, layer))
+                if layer.pool:
+                    h = _max_pool(h, layer.pool)
+                continue
+            if i > 0 and isinstance(self.spec.layers[i - 1], Conv2d):
+                h = h.flatten(-3)
+            h = torch.matmul(h, w.transpose(-1, -2))
+            if b is not None:
+                h = h + b.unsqueeze(-2)
+            h = ACTIVATION_FUNCTIONS[layer.activation](h)
+        return h
+
+    # ------------------------------------------------------------ densities
+    def log_prior(self, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Sum of the log densities of every latent site (batched over leading dims)."""
+        return sum(site.dist(values).log_prob(values[site.name]) for site in self.sites)
+
+    def observed(self, y: torch.Tensor) -> torch.Tensor:
+        """``y`` in the dtype the likelihood's distribution expects."""
+        return y.to(torch.get_default_dtype()) if isinstance(self.likelihood, Bernoulli) else y
+
+    def log_likelihood(self, values, x, y, f: torch.Tensor | None = None) -> torch.Tensor:
+        """Pointwise log likelihood, shape ``[*batch, N]``."""
+        f = self.apply(values, x) if f is None else f
+        return self.likelihood.distribution(f, values).log_prob(self.observed(y))
+
+    def log_joint(self, values, x, y) -> torch.Tensor:
+        """``log p(values) + log p(y | x, values)``, shape ``[*batch]``."""
+        return self.log_prior(values) + self.log_likelihood(values, x, y).sum(-1)
+
+    # ----------------------------------------------------------- the model
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        values: dict[str, torch.Tensor] = {}
+        for site in self.sites:
+            values[site.name] = pyro.sample(site.name, site.dist(values))
+        f = self.apply(values, x)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample(OBSERVED, self.likelihood.distribution(f, values),
+                        obs=None if y is None else self.observed(y))
+        return f
