@@ -1,0 +1,13 @@
+"""Data sets and data validation for bnnzoo.
+
+>>> from bnnzoo.data import load
+>>> data = load("cosine", seed=0)
+>>> data.describe()
+'cosine: regression, 100 train / 100 test, input_dim=1'
+"""
+
+from .checks import check_data
+from .datasets import DATASETS, Dataset, load, register
+from . import tabular as _tabular  # noqa: F401  (registers the "csv" loader)
+
+__all__ = ["DATASETS", "Dataset", "check_data", "load", "register"]

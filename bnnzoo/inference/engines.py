@@ -1,0 +1,276 @@
+"""Inference engines by name, and ``run()``: one model, one engine, one :class:`Run`.
+
+Every engine takes the same core arguments (model, training data, number of
+draws, warm-up steps, chains, seed) plus its own options, and returns
+:class:`~bnnzoo.inference.draws.Draws`. A new engine is one function and one
+``@engine(...)`` line.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable
+
+import numpy as np
+import pyro
+import torch
+from pyro.infer import MCMC
+
+from ..data import Dataset, check_data, load
+from ..models import BNN, zoo
+from ..models.spec import spec_from
+from .draws import Draws, split_mcmc
+from .hmc import HMC, NUTS
+from .potential import BNNPotential, FlatPotential, initial_theta, make_potential
+from .rwmh import RandomWalkMH
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A registered inference engine."""
+
+    name: str
+    fn: Callable[..., Draws]
+    kind: str  # "mcmc" or "vi"
+    description: str
+
+    def options(self) -> list[str]:
+        """Engine-specific keyword options (beyond the common ones)."""
+        common = {"model", "x", "y", "num_samples", "warmup_steps", "num_chains", "progress"}
+        return [p for p in inspect.signature(self.fn).parameters if p not in common]
+
+
+ENGINES: dict[str, Engine] = {}
+
+
+def engine(name: str, kind: str = "mcmc"):
+    """Register an engine function under ``name``."""
+
+    def register(fn):
+        ENGINES[name] = Engine(name, fn, kind, (fn.__doc__ or "").strip().splitlines()[0])
+        return fn
+
+    return register
+
+
+# ---------------------------------------------------------------- the Run
+@dataclass
+class Run:
+    """The result of one engine on one model and data set.
+
+    Attributes
+    ----------
+    samples : dict of ndarray
+        Constrained draws, ``[chain, draw, *shape]`` per site.
+    sample_stats : dict of ndarray
+        Per-draw sampler statistics (ArviZ names), ``[chain, draw]``.
+    wall_time : float
+        Seconds spent in the engine (set-up, warm-up and sampling).
+    """
+
+    engine: str
+    model: BNN
+    data: Dataset
+    samples: dict[str, np.ndarray]
+    sample_stats: dict[str, np.ndarray]
+    wall_time: float
+    options: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_chains(self) -> int:
+        return next(iter(self.samples.values())).shape[0]
+
+    @property
+    def num_draws(self) -> int:
+        return next(iter(self.samples.values())).shape[1]
+
+    def values(self, chunk: slice | None = None) -> dict[str, torch.Tensor]:
+        """Draws as tensors with one flat batch dim ``[chain * draw, ...]`` (optionally a slice of it)."""
+        dtype = torch.get_default_dtype()
+        out = {}
+        for name, v in self.samples.items():
+            flat = v.reshape((-1,) + v.shape[2:])
+            out[name] = torch.as_tensor(flat if chunk is None else flat[chunk], dtype=dtype)
+        return out
+
+    def predict(self, x, chunk_size: int = 256) -> np.ndarray:
+        """Network outputs ``f`` at ``x`` for every draw: ``[chain, draw, N, out]``."""
+        x = torch.as_tensor(np.asarray(x), dtype=torch.get_default_dtype())
+        total = self.num_chains * self.num_draws
+        parts = []
+        with torch.no_grad():
+            for start in range(0, total, chunk_size):
+                values = self.values(slice(start, start + chunk_size))
+                parts.append(self.model.apply(values, x).cpu().numpy())
+        f = np.concatenate(parts)
+        return f.reshape((self.num_chains, self.num_draws) + f.shape[1:])
+
+    @cached_property
+    def idata(self):
+        """The run as ``arviz.InferenceData`` (built once)."""
+        from ..diagnostics.arviz import to_inference_data  # diagnostics sits downstream
+
+        return to_inference_data(self)
+
+
+# ------------------------------------------------------------- helpers
+def _resolve_model(model_or_spec) -> BNN:
+    if isinstance(model_or_spec, BNN):
+        return model_or_spec
+    if isinstance(model_or_spec, str) and model_or_spec in zoo.ZOO:
+        return BNN(zoo.get(model_or_spec))
+    return BNN(spec_from(model_or_spec))
+
+
+def _resolve_data(data, model: BNN, seed: int) -> Dataset:
+    if isinstance(data, str):
+        data = load(data, seed=seed)
+    elif isinstance(data, dict):
+        data = load(seed=seed, **data) if "name" in data else Dataset(**data)
+    elif isinstance(data, (tuple, list)):
+        if len(data) not in (2, 4):
+            raise ValueError(f"data: expected (x, y) or (x_train, y_train, x_test, y_test), got {len(data)} items")
+        x, y = data[:2]
+        xt, yt = data[2:] if len(data) == 4 else (x, y)
+        data = Dataset("user", model.task, x, y, xt, yt, num_classes=model.spec.num_classes)
+    if not isinstance(data, Dataset):
+        raise TypeError(f"data: expected a Dataset, a dataset name or (x, y), got {type(data).__name__}")
+    spec = model.spec
+    for split, (x, y) in {"train": (data.x_train, data.y_train), "test": (data.x_test, data.y_test)}.items():
+        check_data(x, y, task=model.task, input_dim=spec.num_inputs, num_classes=spec.num_classes,
+                   name=f"{data.name}/{split}")
+    if data.task != model.task:
+        raise ValueError(f"data: {data.name} is a {data.task} data set but the model's "
+                         f"{spec.likelihood.kind} likelihood is for {model.task}")
+    return data
+
+
+def _check_counts(num_samples, warmup_steps, num_chains) -> None:
+    for name, value, minimum in (("num_samples", num_samples, 1), ("warmup_steps", warmup_steps, 0),
+                                 ("num_chains", num_chains, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
+        num_chains: int = 2, seed: int = 0, progress: bool = False, **engine_options) -> Run:
+    """Run one engine on one model and data set.
+
+    Parameters
+    ----------
+    model_or_spec : BNN, BNNSpec, dict, zoo name or TOML path
+    data : Dataset, dataset name, or ``(x, y)`` / ``(x, y, x_test, y_test)``
+    engine : str
+        A key of :data:`ENGINES`.
+    num_samples, warmup_steps, num_chains : int
+        Draws kept per chain, warm-up steps per chain, chains.
+    seed : int
+    progress : bool
+        Show Pyro's progress bar.
+    **engine_options
+        Options of the engine (``ENGINES[engine].options()`` lists them).
+
+    Returns
+    -------
+    Run
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r}: unknown engine; choose one of {', '.join(sorted(ENGINES))}")
+    spec = ENGINES[engine]
+    unknown = sorted(set(engine_options) - set(spec.options()))
+    if unknown:
+        raise ValueError(f"engine {engine!r}: unknown option(s) {', '.join(unknown)}; "
+                         f"valid options: {', '.join(spec.options()) or '(none)'}")
+    _check_counts(num_samples, warmup_steps, num_chains)
+    model = _resolve_model(model_or_spec)
+    data = _resolve_data(data, model, seed)
+    pyro.set_rng_seed(seed)
+    start = time.perf_counter()
+    draws = spec.fn(model=model, x=data.x_train, y=data.y_train, num_samples=num_samples,
+                    warmup_steps=warmup_steps, num_chains=num_chains, progress=progress, **engine_options)
+    wall = time.perf_counter() - start
+    extras = dict(draws.extras)
+    if draws.warmup_sample_stats:
+        extras["warmup_sample_stats"] = draws.warmup_sample_stats
+    return Run(engine, model, data, draws.samples, draws.sample_stats, wall,
+               options={"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": num_chains,
+                        "seed": seed, **engine_options},
+               extras=extras)
+
+
+# ------------------------------------------------------------- MCMC engines
+def run_mcmc(kernel, potential: FlatPotential, x, y, num_samples: int, warmup_steps: int,
+             num_chains: int, progress: bool, vectorized: bool = False, init_radius: float = 1.0) -> Draws:
+    """Drive ``kernel`` with Pyro's ``MCMC`` and split the result into chains.
+
+    Pyro's own kernels given a ``potential_fn`` need initial points; they are
+    drawn like bnnzoo's (uniform in ``(-init_radius, init_radius)`` unconstrained).
+    """
+    pyro_chains = 1 if vectorized else num_chains
+    initial = None
+    if getattr(kernel, "model", None) is None and not hasattr(kernel, "transition"):
+        theta = initial_theta(potential, pyro_chains, init_radius)
+        initial = potential.unflatten(theta if pyro_chains > 1 else theta[0])
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=pyro_chains,
+                initial_params=initial, transforms=potential.transforms, disable_progbar=not progress)
+    mcmc.run(x, y)
+    return split_mcmc(mcmc)
+
+
+def _pyro_hmc_kernel(cls, model: BNN, x, y, fast: bool, **options):
+    if fast:
+        potential = BNNPotential(model, x, y)
+        return cls(potential_fn=potential.potential_fn, **options), potential
+    return cls(model, **options), make_potential(model, x, y)
+
+
+@engine("nuts")
+def nuts(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 0.1,
+         target_accept: float = 0.8, max_tree_depth: int = 10, adapt_mass_matrix: bool = True,
+         full_mass: bool = False, fast: bool = True, init_radius: float = 1.0) -> Draws:
+    """Pyro's No-U-Turn sampler (on bnnzoo's fast potential unless fast=False)."""
+    kernel, potential = _pyro_hmc_kernel(
+        NUTS, model, x, y, fast, step_size=step_size, target_accept_prob=target_accept,
+        max_tree_depth=max_tree_depth, adapt_mass_matrix=adapt_mass_matrix, full_mass=full_mass)
+    return run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress,
+                    init_radius=init_radius)
+
+
+@engine("hmc")
+def hmc(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 0.01,
+        num_steps: int = 20, trajectory_length: float | None = None, target_accept: float = 0.8,
+        adapt_step_size: bool = True, adapt_mass_matrix: bool = True, fast: bool = True,
+        init_radius: float = 1.0) -> Draws:
+    """Pyro's Hamiltonian Monte Carlo with a fixed number of leapfrog steps."""
+    kernel, potential = _pyro_hmc_kernel(
+        HMC, model, x, y, fast, step_size=step_size, num_steps=None if trajectory_length else num_steps,
+        trajectory_length=trajectory_length, target_accept_prob=target_accept,
+        adapt_step_size=adapt_step_size, adapt_mass_matrix=adapt_mass_matrix)
+    return run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress,
+                    init_radius=init_radius)
+
+
+@engine("rwmh")
+def rwmh(model, x, y, num_samples, warmup_steps, num_chains, progress, scale: float = 0.05,
+         target_accept: float = 0.234, adapt_scale: bool = True, chain_method: str = "vectorized",
+         init_radius: float = 1.0) -> Draws:
+    """Random-walk Metropolis with its scale adapted toward acceptance 0.234."""
+    vectorized = _chain_method(chain_method)
+    potential = make_potential(model, x, y)
+    kernel = RandomWalkMH(potential=potential, scale=scale, target_accept=target_accept,
+                          adapt_scale=adapt_scale, num_chains=num_chains if vectorized else 1,
+                          init_radius=init_radius)
+    return run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress, vectorized)
+
+
+CHAIN_METHODS = ("vectorized", "sequential")
+
+
+def _chain_method(chain_method: str) -> bool:
+    if chain_method not in CHAIN_METHODS:
+        raise ValueError(f"chain_method {chain_method!r}: choose one of {', '.join(CHAIN_METHODS)}")
+    return chain_method == "vectorized"
