@@ -2,6 +2,7 @@
 
 from . import vi  # noqa: F401  (registers the "svi" engine)
 from .base import DualAveraging, FlatKernel
+from .chees import ChEESHMC
 from .draws import Draws, split_mcmc
 from .engines import ENGINES, Engine, Run, engine, run
 from .hmc import HMC, NUTS
@@ -9,6 +10,6 @@ from .potential import BNNPotential, FlatPotential, PyroPotential, make_potentia
 from .rwmh import RandomWalkMH
 
 __all__ = [
-    "BNNPotential", "DualAveraging", "Draws", "ENGINES", "Engine", "FlatKernel", "FlatPotential", "HMC",
+    "BNNPotential", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FlatKernel", "FlatPotential", "HMC",
     "NUTS", "PyroPotential", "RandomWalkMH", "Run", "engine", "make_potential", "run", "split_mcmc",
 ]

@@ -274,3 +274,21 @@ def _chain_method(chain_method: str) -> bool:
     if chain_method not in CHAIN_METHODS:
         raise ValueError(f"chain_method {chain_method!r}: choose one of {', '.join(CHAIN_METHODS)}")
     return chain_method == "vectorized"
+
+
+@engine("chees")
+def chees(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 0.1,
+          target_accept: float = 0.651, trajectory_length: float | None = None, adapt_step_size: bool = True,
+          adapt_mass_matrix: bool = True, adapt_trajectory: bool = True, max_leapfrog_steps: int = 1000,
+          jitter: str = "halton", init_radius: float = 1.0) -> Draws:
+    """ChEES-HMC: all chains as one batch, jittered trajectory length adapted across chains."""
+    from .chees import ChEESHMC, check_memory
+
+    potential = make_potential(model, x, y)
+    kernel = ChEESHMC(potential=potential, step_size=step_size, target_accept=target_accept,
+                      trajectory_length=trajectory_length, adapt_step_size=adapt_step_size,
+                      adapt_mass_matrix=adapt_mass_matrix, adapt_trajectory=adapt_trajectory,
+                      max_leapfrog_steps=max_leapfrog_steps, jitter=jitter, num_chains=num_chains,
+                      init_radius=init_radius)
+    check_memory(model, num_chains, int(x.shape[0]))
+    return run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress, vectorized=True)

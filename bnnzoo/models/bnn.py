@@ -117,7 +117,9 @@ class BNN(PyroModule):
                 if layer.pool:
                     h = _max_pool(h, layer.pool)
                 continue
-            if i > 0 and isinstance(self.spec.layers[i - 1], Conv2d):
+            previous = self.spec.layers[i - 1] if i > 0 else None
+            if isinstance(previous, Conv2d) or (i == 0 and self.spec.input_shape is not None):
+                # a Dense layer flattens an image: a Conv2d's output, or an input_shape input
                 h = h.flatten(-3)
             h = torch.matmul(h, w.transpose(-1, -2))
             if b is not None:

@@ -68,6 +68,9 @@ class Prior:
         """The distribution of a whole weight tensor, one event of ``shape``."""
         raise NotImplementedError
 
+    def check_shape(self, shape: tuple[int, ...]) -> None:
+        """Raise a :class:`SpecError` if this prior cannot apply to a weight of ``shape``."""
+
     def split(self) -> tuple["Prior | None", float]:
         """``(smooth_part, l1)``: ``-log p(w) = -log smooth(w) + l1 * ||w||_1 + const``.
 
@@ -306,6 +309,9 @@ class GroupSpikeAndSlab(Prior):
         check_probability("inclusion_prob", self.inclusion_prob)
         if self.group not in GROUPINGS:
             raise choose("group", self.group, GROUPINGS, "grouping")
+
+    def check_shape(self, shape):
+        group_dims(shape, self.group)
 
     def distribution(self, shape):
         return GroupSpikeSlab(

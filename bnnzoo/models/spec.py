@@ -9,7 +9,10 @@ field and the value.
 from __future__ import annotations
 
 import math
-import tomllib
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -170,6 +173,13 @@ class BNNSpec:
         for key in self.priors:
             if key not in shapes and key not in self._layer_keys():
                 raise choose(f"priors.{key}", key, list(shapes) + self._layer_keys(), "site")
+        for site, shape in shapes.items():
+            try:
+                self.prior_for(site).check_shape(shape)
+            except SpecError as e:
+                key = site if site in self.priors else site.rsplit(".", 1)[0]
+                field = e.within(f"priors.{key}" if key in self.priors else "prior").field
+                raise SpecError(field, f"{e.detail} ({site})") from None
         if not self._last_is_dense():
             raise SpecError(f"layers[{len(self.layers) - 1}]", "the last layer must be dense")
         units = self.likelihood.output_units()

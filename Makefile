@@ -1,0 +1,36 @@
+# bnnzoo: `make demo` runs the end-to-end comparison, `make test` the test suite.
+# Each creates .venv if missing and installs what it needs. torch is installed
+# first and pinned (a CPU wheel), so pip never pulls a CUDA build.
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-slow bench install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/bnnzoo demo --out out
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_gradient.py
+	$(BIN)/python benchmarks/bench_sampling.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

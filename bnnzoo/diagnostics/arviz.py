@@ -1,0 +1,347 @@
+"""Every run as ``arviz.InferenceData``: :func:`to_inference_data`.
+
+This module holds every ArviZ call that *builds* InferenceData (a later move to
+ArviZ 1.x touches only this file). It uses ``az.from_dict`` only, never
+``az.from_pyro`` (which keeps only ``diverging``, crashes on kernels without
+divergences, and no longer exists in ArviZ 1.x).
+
+Groups
+------
+posterior
+    Every sampled site, constrained, ``(chain, draw, ...)``. BNN weights get named
+    dims: ``layers.0.weight -> (layers.0.weight_out, layers.0.weight_in)``, conv
+    kernels ``(_out, _in, _kh, _kw)``, biases ``(_out,)``; other sites ``<name>_dim_<k>``.
+sample_stats
+    ArviZ names (``lp``, ``acceptance_rate``, ``diverging`` (bool), ``energy``,
+    ``step_size``, ``n_steps``, ``tree_depth``) plus any engine extras.
+log_likelihood, posterior_predictive, observed_data, constant_data
+    For the training data: ``obs (chain, draw, obs_id)``, ``x (obs_id, feature)``.
+predictions
+    ``f_mean``: the predictive mean (regression) or class probabilities
+    (classification) at the test inputs, per draw.
+warmup_sample_stats
+    Per-draw statistics of warm-up, when the engine recorded them.
+vi_trace
+    SVI only: ``loss (chain, step)``, the negative ELBO of every optimisation step.
+
+Attributes (posterior, sample_stats and the InferenceData itself): ``engine``,
+``method``, ``inference_library`` (``pyro``), ``sampling_time`` (seconds, the run's
+wall time), ``num_warmup``, ``options`` (JSON) and ``option.<name>`` (strings).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import arviz as az
+import numpy as np
+import pyro
+import torch
+import xarray as xr
+from pyro import poutine
+
+from ..models import BNN
+from ..models.bnn import OBSERVED
+from .predictive import flat_values, map_draws
+
+#: other spellings of ArviZ's sample-stat names
+STAT_ALIASES = {
+    "accept_prob": "acceptance_rate",
+    "mean_accept_prob": "acceptance_rate",
+    "divergent": "diverging",
+    "num_steps": "n_steps",
+    "depth": "tree_depth",
+}
+BOOL_STATS = ("diverging",)
+INT_STATS = ("n_steps", "tree_depth")
+
+_AXES = {1: ("out",), 2: ("out", "in"), 4: ("out", "in", "kh", "kw")}
+_LAYER_PARAM = re.compile(r"^(layers\.\d+\.(?:weight|bias))(?:\..+)?$")
+
+
+@dataclass
+class _Source:
+    """What a Run or a finished MCMC holds, in one shape."""
+
+    samples: dict[str, np.ndarray]
+    sample_stats: dict[str, np.ndarray]
+    warmup_stats: dict[str, np.ndarray] = field(default_factory=dict)
+    model: Callable | None = None
+    args: tuple = ()
+    x_test: Any = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+    loss: np.ndarray | None = None
+
+
+# ------------------------------------------------------------- the entry point
+def to_inference_data(run_or_mcmc, *, model=None, data=None, log_likelihood: bool = True,
+                      posterior_predictive: bool = True, predictions: bool = True,
+                      chunk_size: int = 256, seed: int = 0) -> az.InferenceData:
+    """Convert a :class:`~bnnzoo.inference.Run` or a finished ``pyro.infer.MCMC`` to InferenceData.
+
+    Parameters
+    ----------
+    run_or_mcmc : Run or pyro.infer.MCMC
+        A Run (duck-typed: ``samples``, ``sample_stats``, ``model``, ``data``,
+        ``engine``, ``wall_time``, ``options``, ``extras``), or an MCMC run with
+        bnnzoo's kernels or Pyro's own (vectorized chains are split back).
+    model : BNN or Pyro model, optional
+        MCMC only: the model, to compute ``log_likelihood`` and
+        ``posterior_predictive``. A BNN takes the fast batched path; any other
+        Pyro model is traced once per draw, conditioned on it.
+    data : tuple or Dataset, optional
+        MCMC only: the model's positional arguments (``(x, y)`` for a BNN), or a
+        :class:`~bnnzoo.data.Dataset` (train split; test split for ``predictions``).
+    log_likelihood, posterior_predictive, predictions : bool
+        Build these groups (when a model and data are known).
+    chunk_size : int
+        Draws evaluated together by the BNN path.
+    seed : int
+        Seed of the posterior predictive draws (the global RNG state is left untouched).
+
+    Returns
+    -------
+    arviz.InferenceData
+
+    Examples
+    --------
+    >>> idata = to_inference_data(run)
+    >>> az.loo(idata)
+    """
+    if _is_mcmc(run_or_mcmc):
+        src = _from_mcmc(run_or_mcmc, model, data)
+    elif _is_run(run_or_mcmc):
+        if model is not None or data is not None:
+            raise ValueError("to_inference_data: model= and data= are for a pyro MCMC; a Run carries its own")
+        src = _from_run(run_or_mcmc)
+    else:
+        raise TypeError(f"to_inference_data: expected a bnnzoo Run or a pyro.infer.MCMC, "
+                        f"got {type(run_or_mcmc).__name__}")
+    return _build(src, log_likelihood, posterior_predictive, predictions, chunk_size, seed)
+
+
+def posterior_dataset(samples: Mapping[str, np.ndarray]) -> xr.Dataset:
+    """Draws ``[chain, draw, ...]`` as an ArviZ posterior dataset (for ``az.ess`` / ``az.rhat``)."""
+    return az.from_dict(posterior={k: np.asarray(v) for k, v in samples.items()}).posterior
+
+
+# ------------------------------------------------------------------- sources
+def _is_mcmc(obj) -> bool:
+    return isinstance(obj, pyro.infer.MCMC) or (hasattr(obj, "get_samples") and hasattr(obj, "_diagnostics"))
+
+
+def _is_run(obj) -> bool:
+    return all(hasattr(obj, a) for a in ("samples", "sample_stats", "model", "data", "engine"))
+
+
+def _is_svi(run) -> bool:
+    return run.engine == "svi" or "loss" in (getattr(run, "extras", None) or {})
+
+
+def _from_run(run) -> _Source:
+    extras = dict(getattr(run, "extras", None) or {})
+    data = run.data
+    svi = _is_svi(run)
+    options = dict(getattr(run, "options", None) or {})
+    attrs = {
+        "engine": str(run.engine),
+        "method": "svi" if svi else "mcmc",
+        "sampling_time": float(run.wall_time),
+        "num_warmup": int(options.get("num_steps" if svi else "warmup_steps", 0) or 0),
+        "options": json.dumps(options, default=str, sort_keys=True),
+        **{f"option.{k}": str(v) for k, v in options.items()},
+    }
+    if svi:
+        attrs["guide"] = "AutoNormal (mean-field Normal)"
+    spec = getattr(run.model, "spec", None)
+    if spec is not None and getattr(spec, "name", None):
+        attrs["model"] = str(spec.name)
+    loss = extras.get("loss")
+    return _Source(
+        samples={k: np.asarray(v) for k, v in run.samples.items()},
+        sample_stats={k: np.asarray(v) for k, v in run.sample_stats.items()},
+        warmup_stats={k: np.asarray(v) for k, v in (extras.get("warmup_sample_stats") or {}).items()},
+        model=run.model, args=(data.x_train, data.y_train), x_test=data.x_test,
+        attrs=attrs, loss=None if loss is None else np.asarray(loss),
+    )
+
+
+def _from_mcmc(mcmc, model, data) -> _Source:
+    from ..inference.draws import split_mcmc  # the inference -> diagnostics hand-off, no kernel
+
+    draws = split_mcmc(mcmc)
+    args, x_test = (), None
+    if data is not None:
+        if all(hasattr(data, a) for a in ("x_train", "y_train", "x_test")):
+            args, x_test = (data.x_train, data.y_train), data.x_test
+        elif isinstance(data, (tuple, list)):
+            args = tuple(data)
+        else:
+            raise TypeError(f"data: expected a tuple of model arguments or a Dataset, got {type(data).__name__}")
+    if (model is None) != (data is None):
+        raise ValueError("to_inference_data: give both model= and data= for the log likelihood, or neither")
+    kernel = getattr(mcmc, "kernel", None)
+    attrs = {
+        "engine": type(kernel).__name__ if kernel is not None else "MCMC",
+        "method": "mcmc",
+        "num_warmup": int(getattr(mcmc, "warmup_steps", 0) or 0),
+    }
+    return _Source(samples=draws.samples, sample_stats=draws.sample_stats,
+                   warmup_stats=draws.warmup_sample_stats, model=model, args=args,
+                   x_test=x_test, attrs=attrs)
+
+
+# ------------------------------------------------------------------- pieces
+def site_dims(name: str, shape: tuple[int, ...], model=None) -> list[str]:
+    """Dimension names of one posterior site (without ``chain, draw``)."""
+    match = _LAYER_PARAM.match(name)
+    if isinstance(model, BNN) and match:
+        layer_shape = tuple(model.param_shapes.get(match.group(1), ()))
+        if tuple(shape) == layer_shape and len(shape) in _AXES:
+            return [f"{name}_{axis}" for axis in _AXES[len(shape)]]
+    return [f"{name}_dim_{k}" for k in range(len(shape))]
+
+
+def _check_draws(src: _Source) -> tuple[int, int]:
+    if not src.samples:
+        raise ValueError("to_inference_data: the run has no samples")
+    lead = {k: v.shape[:2] for k, v in src.samples.items()}
+    if len(set(lead.values())) != 1 or any(len(v.shape) < 2 for v in src.samples.values()):
+        raise ValueError(f"to_inference_data: samples must share [chain, draw] dims, got {lead}")
+    chains, draws = next(iter(lead.values()))
+    for k, v in src.sample_stats.items():
+        if v.shape[:2] != (chains, draws):
+            raise ValueError(f"to_inference_data: sample_stats[{k!r}] has shape {v.shape}, "
+                             f"expected ({chains}, {draws}, ...)")
+    return chains, draws
+
+
+def _stats(stats: Mapping[str, np.ndarray], dims: dict) -> dict[str, np.ndarray]:
+    out = {}
+    for k, v in stats.items():
+        name = STAT_ALIASES.get(k, k)
+        v = np.asarray(v)
+        if name in BOOL_STATS:
+            v = v.astype(bool)
+        elif name in INT_STATS and np.all(np.isfinite(v)):
+            v = v.astype(np.int64)
+        elif v.dtype == object:
+            raise ValueError(f"sample stat {k!r} is not numeric")
+        out[name] = v
+        if v.ndim > 2:
+            dims[name] = [f"{name}_dim_{i}" for i in range(v.ndim - 2)]
+    if "lp" not in out and "potential_energy" in out:
+        out["lp"] = -out["potential_energy"]
+    return out
+
+
+def _bnn_groups(model: BNN, samples, x, y, chunk_size: int, seed: int, want_pp: bool):
+    """Pointwise log likelihood and posterior predictive draws of a BNN in one pass."""
+    y_t = torch.as_tensor(np.asarray(y))
+
+    def fn(values, f):
+        likelihood = model.likelihood.distribution(f, values)
+        ll = likelihood.log_prob(model.observed(y_t)).double()
+        if not want_pp:
+            return ll.unsqueeze(1)
+        return torch.stack([ll, likelihood.sample().double()], 1)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        both = map_draws(model, samples, x, fn, chunk_size)
+    ll = both[:, :, 0]
+    pp = both[:, :, 1] if want_pp else None
+    if pp is not None and model.task == "classification":
+        pp = pp.astype(np.asarray(y).dtype if np.issubdtype(np.asarray(y).dtype, np.integer) else np.int64)
+    return ll, pp
+
+
+def _generic_groups(model, samples, args, seed: int):
+    """Pointwise log likelihood and predictive draws of any Pyro model: one
+    conditioned trace per draw (slow path)."""
+    first = next(iter(samples.values()))
+    chains, draws = first.shape[:2]
+    ll: dict[str, list] = {}
+    pp: dict[str, list] = {}
+    observed: dict[str, np.ndarray] = {}
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        for i in range(chains * draws):
+            draw = {k: v[0] for k, v in flat_values(samples, slice(i, i + 1)).items()}
+            trace = poutine.trace(poutine.condition(model, data=draw)).get_trace(*args)
+            for name, site in trace.nodes.items():
+                if (site["type"] != "sample" or not site["is_observed"] or name in draw
+                        or site["infer"].get("_deterministic")):
+                    continue
+                ll.setdefault(name, []).append(np.atleast_1d(site["fn"].log_prob(site["value"]).numpy()))
+                pp.setdefault(name, []).append(np.atleast_1d(site["fn"].sample().numpy()))
+                observed.setdefault(name, np.atleast_1d(site["value"].numpy()))
+    shape = lambda rows: np.stack(rows).reshape((chains, draws) + rows[0].shape)  # noqa: E731
+    return ({k: shape(v) for k, v in ll.items()}, {k: shape(v) for k, v in pp.items()}, observed)
+
+
+def _attrs(src: _Source, chains: int, draws: int) -> dict[str, Any]:
+    from .. import __version__
+
+    attrs = {"inference_library": "pyro", "inference_library_version": pyro.__version__,
+             "bnnzoo_version": __version__, "num_chains": chains, "num_draws": draws, **src.attrs}
+    for k, v in attrs.items():  # netCDF attributes: str, int or float only
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (str, int, float, np.integer, np.floating)):
+            attrs[k] = str(v)
+    return attrs
+
+
+# ------------------------------------------------------------------- build
+def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_size: int,
+           seed: int) -> az.InferenceData:
+    chains, draws = _check_draws(src)
+    model = src.model
+    dims: dict[str, list[str]] = {
+        k: site_dims(k, v.shape[2:], model) for k, v in src.samples.items() if v.ndim > 2
+    }
+    groups: dict[str, Any] = {
+        "posterior": dict(src.samples),
+        "sample_stats": _stats(src.sample_stats, dims),
+    }
+    if src.warmup_stats:
+        groups["warmup_sample_stats"] = _stats(src.warmup_stats, {})
+    if model is not None and src.args and (want_ll or want_pp):
+        if isinstance(model, BNN):
+            x, y = src.args[:2]
+            ll, pp = _bnn_groups(model, src.samples, x, y, chunk_size, seed, want_pp)
+            ll, pp, observed = {OBSERVED: ll}, ({OBSERVED: pp} if want_pp else {}), {OBSERVED: np.asarray(y)}
+            groups["constant_data"] = {"x": np.asarray(x)}
+            dims["x"] = ["obs_id", "feature"]
+            dims[OBSERVED] = ["obs_id"]
+        else:
+            ll, pp, observed = _generic_groups(model, src.samples, src.args, seed)
+            for name, value in observed.items():
+                dims[name] = [f"{name}_dim_{k}" for k in range(value.ndim)]
+        if want_ll and ll:
+            groups["log_likelihood"] = ll
+        if want_pp and pp:
+            groups["posterior_predictive"] = pp
+        if observed:
+            groups["observed_data"] = observed
+    if want_pred and isinstance(model, BNN) and src.x_test is not None:
+        f_mean = map_draws(model, src.samples, src.x_test, lambda v, f: model.likelihood.mean(f), chunk_size)
+        groups["predictions"] = {"f_mean": f_mean}
+        dims["f_mean"] = ["test_id", "class"][: f_mean.ndim - 2]
+    attrs = _attrs(src, chains, draws)
+    idata = az.from_dict(
+        **groups, dims=dims, pred_dims=dims, attrs=dict(attrs),
+        save_warmup=bool(src.warmup_stats),
+        posterior_attrs=dict(attrs), sample_stats_attrs=dict(attrs),
+    )
+    if src.loss is not None:
+        loss = np.asarray(src.loss, dtype=np.float64).reshape(chains, -1)
+        trace = xr.Dataset(
+            {"loss": (("chain", "step"), loss)},
+            coords={"chain": np.arange(chains), "step": np.arange(loss.shape[1])},
+            attrs={"description": "negative ELBO per SVI step"},
+        )
+        idata.add_groups({"vi_trace": trace})
+    return idata

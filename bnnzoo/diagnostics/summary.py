@@ -1,0 +1,217 @@
+"""One table per run: ``az.summary`` plus ESS per second, sparsity and per-chain
+sampler statistics (:func:`summary`, :func:`chain_table`), and the mixing
+numbers that compare engines (:func:`mixing`).
+
+R-hat and ESS always come from ArviZ (rank-normalised split R-hat and bulk ESS,
+Vehtari et al. 2021, "Rank-normalization, folding, and localization: an
+improved R-hat for assessing convergence of MCMC").
+
+Network weights are not identifiable (hidden units can be permuted, signs
+flipped), so weight-space R-hat of a BNN is large even when the predictive
+distribution has mixed. :func:`mixing` therefore reports function-space
+ESS/R-hat (of :func:`~bnnzoo.diagnostics.predictive.function_draws` at the test
+inputs) as the headline, next to the ESS/R-hat of ``lp`` and the weight-space numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from contextlib import contextmanager
+
+import arviz as az
+import numpy as np
+import pandas as pd
+
+from .arviz import posterior_dataset
+from .predictive import function_draws
+
+SPARSITY_THRESHOLD = 1e-2
+_WEIGHT = re.compile(r"^layers\.\d+\.weight$")
+
+
+@contextmanager
+def _quiet():
+    """ArviZ warns (and numpy divides by zero) for 1-chain runs and constant draws; the
+    results are NaN/inf, which the callers handle."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        import logging
+
+        logger = logging.getLogger("arviz")
+        level = logger.level
+        logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            logger.setLevel(level)
+
+
+def _idata(idata_or_run):
+    if hasattr(idata_or_run, "posterior"):
+        return idata_or_run
+    if hasattr(idata_or_run, "idata"):
+        return idata_or_run.idata
+    raise TypeError(f"expected arviz.InferenceData or a bnnzoo Run, got {type(idata_or_run).__name__}")
+
+
+def sampling_time(idata) -> float:
+    """Seconds the run took (``sampling_time`` attribute), NaN when unknown."""
+    for attrs in (idata.posterior.attrs, getattr(idata, "attrs", {}) or {}):
+        if "sampling_time" in attrs:
+            return float(attrs["sampling_time"])
+    return math.nan
+
+
+def weight_names(posterior) -> list[str]:
+    """Posterior variables that are network weights (``layers.<i>.weight``); every
+    variable when none is named so (a generic Pyro model)."""
+    names = [str(k) for k in posterior.data_vars]
+    weights = [k for k in names if _WEIGHT.match(k)]
+    return weights or names
+
+
+def sparsity(idata_or_run, threshold: float = SPARSITY_THRESHOLD, by_chain: bool = False):
+    """Fraction of weight values with ``|w| < threshold`` over all weights and draws
+    (per chain: an array ``[chain]``)."""
+    posterior = _idata(idata_or_run).posterior
+    names = weight_names(posterior)
+    small = [np.abs(posterior[k].values) < threshold for k in names]
+    counts = sum(s.reshape(s.shape[0], -1).sum(1) for s in small)
+    sizes = sum(s[0].size for s in small)
+    per_chain = counts / sizes
+    return per_chain if by_chain else float(counts.sum() / (sizes * len(counts)))
+
+
+def _stat(stats, name: str):
+    return stats[name].values if stats is not None and name in stats else None
+
+
+def chain_table(idata_or_run, sparsity_threshold: float = SPARSITY_THRESHOLD) -> pd.DataFrame:
+    """One row per chain: mean acceptance rate, divergences, mean step size, mean
+    leapfrog steps, mean ``lp`` and weight sparsity (NaN where the engine has no such stat)."""
+    idata = _idata(idata_or_run)
+    stats = getattr(idata, "sample_stats", None)
+    chains = idata.posterior.sizes["chain"]
+    nan = np.full(chains, np.nan)
+
+    def per_chain(name, reduce):
+        v = _stat(stats, name)
+        return nan if v is None else reduce(v.reshape(chains, -1).astype(float))
+
+    table = pd.DataFrame({
+        "acceptance_rate": per_chain("acceptance_rate", lambda v: v.mean(1)),
+        "divergences": per_chain("diverging", lambda v: v.sum(1)),
+        "step_size": per_chain("step_size", lambda v: v.mean(1)),
+        "n_steps": per_chain("n_steps", lambda v: v.mean(1)),
+        "lp_mean": per_chain("lp", lambda v: v.mean(1)),
+        "sparsity": sparsity(idata, sparsity_threshold, by_chain=True),
+    }, index=pd.Index(idata.posterior["chain"].values, name="chain"))
+    return table
+
+
+def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSITY_THRESHOLD,
+            include_lp: bool = True, **summary_kwargs) -> pd.DataFrame:
+    """``az.summary`` plus ESS per second, sparsity, and per-chain sampler statistics.
+
+    Parameters
+    ----------
+    idata_or_run : arviz.InferenceData or Run
+    var_names : list of str, optional
+        Posterior variables (default: all).
+    sparsity_threshold : float
+        A value counts as zero when ``|w| < sparsity_threshold``.
+    include_lp : bool
+        Add a row ``lp`` (the log density's mean, ESS, R-hat) from ``sample_stats``.
+    **summary_kwargs
+        Passed to ``az.summary`` (``hdi_prob``, ``round_to``, ...).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per scalar, ``az.summary``'s columns plus ``ess_bulk_per_s``,
+        ``ess_tail_per_s`` (ESS over the run's wall time) and ``sparsity`` (fraction
+        of draws with ``|value| < threshold``). ``df.attrs`` holds the run-level
+        numbers: ``sampling_time``, ``sparsity`` (over all weights), and per chain
+        ``acceptance_rate``, ``divergences`` (lists, see :func:`chain_table`).
+    """
+    idata = _idata(idata_or_run)
+    near_zero = {"sparsity": lambda a: float(np.mean(np.abs(a) < sparsity_threshold))}
+    with _quiet():
+        table = az.summary(idata, var_names=var_names, stat_funcs=near_zero, extend=True, **summary_kwargs)
+        stats = getattr(idata, "sample_stats", None)
+        if include_lp and stats is not None and "lp" in stats:
+            lp = az.summary(idata, group="sample_stats", var_names=["lp"], **summary_kwargs)
+            table = pd.concat([table, lp])
+    seconds = sampling_time(idata)
+    for kind in ("bulk", "tail"):
+        if f"ess_{kind}" in table:
+            table[f"ess_{kind}_per_s"] = table[f"ess_{kind}"] / seconds
+    chains = chain_table(idata, sparsity_threshold)
+    table.attrs.update({
+        "sampling_time": seconds,
+        "sparsity": sparsity(idata, sparsity_threshold),
+        "acceptance_rate": chains["acceptance_rate"].tolist(),
+        "divergences": chains["divergences"].tolist(),
+    })
+    return table
+
+
+# ------------------------------------------------------------------ mixing
+def _nanmin(a) -> float:
+    a = np.asarray(a, dtype=float).ravel()
+    a = a[~np.isnan(a)]
+    return float(a.min()) if a.size else math.nan
+
+
+def _nanmax(a) -> float:
+    a = np.asarray(a, dtype=float).ravel()
+    a = a[~np.isnan(a)]
+    return float(a.max()) if a.size else math.nan
+
+
+def ess_rhat(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ArviZ bulk ESS and rank-normalised R-hat of ``draws [chain, draw, ...]``, elementwise."""
+    draws = np.asarray(draws, dtype=np.float64)
+    if draws.ndim < 2:
+        raise ValueError(f"ess_rhat: draws must be [chain, draw, ...], got shape {draws.shape}")
+    ds = posterior_dataset({"v": draws})
+    with _quiet():
+        ess = az.ess(ds, method="bulk")["v"].values
+        rhat = az.rhat(ds)["v"].values
+    return ess, rhat
+
+
+def _dataset_extremes(ds) -> tuple[float, float]:
+    with _quiet():
+        ess, rhat = az.ess(ds, method="bulk"), az.rhat(ds)
+    ess_min = _nanmin(np.concatenate([np.ravel(ess[k].values) for k in ess.data_vars]))
+    rhat_max = _nanmax(np.concatenate([np.ravel(rhat[k].values) for k in rhat.data_vars]))
+    return ess_min, rhat_max
+
+
+def mixing(run, x=None, chunk_size: int = 256) -> dict[str, float]:
+    """How well a run mixed, in function space, in ``lp`` and in weight space.
+
+    Returns
+    -------
+    dict
+        ``ess_f_min``, ``rhat_f_max``: min bulk ESS and max R-hat over the test points
+        of :func:`~bnnzoo.diagnostics.predictive.function_draws` (the headline);
+        ``ess_lp``, ``rhat_lp``: of the ``lp`` statistic (NaN if the engine has none);
+        ``ess_w_min``, ``rhat_w_max``: over every scalar of the posterior.
+        R-hat is NaN for a 1-chain run; constant draws give NaN (not an error).
+    """
+    out: dict[str, float] = {}
+    ess_f, rhat_f = ess_rhat(function_draws(run, x, chunk_size=chunk_size))
+    out["ess_f_min"], out["rhat_f_max"] = _nanmin(ess_f), _nanmax(rhat_f)
+    lp = (run.sample_stats or {}).get("lp")
+    if lp is None:
+        out["ess_lp"] = out["rhat_lp"] = math.nan
+    else:
+        ess_lp, rhat_lp = ess_rhat(np.asarray(lp))
+        out["ess_lp"], out["rhat_lp"] = float(ess_lp), float(rhat_lp)
+    out["ess_w_min"], out["rhat_w_max"] = _dataset_extremes(posterior_dataset(run.samples))
+    return out

@@ -1,0 +1,122 @@
+import dataclasses
+import math
+
+import arviz as az
+import numpy as np
+import pytest
+
+from bnnzoo.diagnostics import chain_table, mixing, sparsity, summary, to_inference_data
+from bnnzoo.models import zoo
+from bnnzoo.workbench import compare, format_table
+
+
+def test_summary_extends_az_summary(rwmh_run):
+    idata = to_inference_data(rwmh_run)
+    table = summary(idata)
+    base = az.summary(idata)
+    assert list(table.index) == list(base.index) + ["lp"]
+    assert {"ess_bulk_per_s", "ess_tail_per_s", "sparsity", "r_hat", "ess_bulk"} <= set(table.columns)
+    np.testing.assert_allclose(table.loc[base.index, "mean"], base["mean"])
+    np.testing.assert_allclose(table["ess_bulk_per_s"], table["ess_bulk"] / rwmh_run.wall_time)
+    lp = az.summary(idata, group="sample_stats", var_names=["lp"])
+    assert table.loc["lp", "ess_bulk"] == lp.loc["lp", "ess_bulk"]
+    w = rwmh_run.samples["layers.1.weight"][:, :, 0, 2]
+    assert table.loc["layers.1.weight[0, 2]", "sparsity"] == pytest.approx(np.mean(np.abs(w) < 1e-2))
+    acc = rwmh_run.sample_stats["acceptance_rate"].mean(1)
+    np.testing.assert_allclose(table.attrs["acceptance_rate"], acc, rtol=1e-6)
+    assert table.attrs["divergences"] == [0, 0, 0]
+    assert table.attrs["sampling_time"] == pytest.approx(rwmh_run.wall_time)
+    # a Run is accepted directly, and var_names restrict the rows
+    only = summary(rwmh_run, var_names=["layers.1.bias"], include_lp=False)
+    assert list(only.index) == ["layers.1.bias[0]"]
+
+
+def test_sparsity_by_hand():
+    w = np.array([0.0, 0.005, -0.2, 3.0]).reshape(1, 1, 4) * np.ones((2, 3, 1))
+    w[1, :, 2] = 0.001  # chain 1 has 3 small values of 4
+    idata = az.from_dict(posterior={"layers.0.weight": w, "layers.0.bias": np.zeros((2, 3))})
+    assert sparsity(idata) == pytest.approx((2 * 3 + 3 * 3) / (2 * 3 * 4))  # biases are not weights
+    np.testing.assert_allclose(sparsity(idata, by_chain=True), [0.5, 0.75])
+    assert sparsity(idata, threshold=1e-3) == pytest.approx((3 + 3) / 24)
+    table = chain_table(idata)
+    np.testing.assert_allclose(table["sparsity"], [0.5, 0.75])
+    assert table["acceptance_rate"].isna().all()  # no sample stats: NaN, not an error
+
+
+def test_chain_table_nuts(nuts_run):
+    table = chain_table(nuts_run)
+    assert len(table) == 2
+    np.testing.assert_allclose(table["n_steps"], nuts_run.sample_stats["n_steps"].mean(1))
+    np.testing.assert_allclose(table["divergences"], nuts_run.sample_stats["diverging"].sum(1))
+    np.testing.assert_allclose(table["lp_mean"], nuts_run.sample_stats["lp"].mean(1))
+
+
+def test_mixing_uses_arviz(rwmh_run):
+    mix = mixing(rwmh_run)
+    assert set(mix) == {"ess_f_min", "rhat_f_max", "ess_lp", "rhat_lp", "ess_w_min", "rhat_w_max"}
+    lp = az.from_dict(posterior={"lp": rwmh_run.sample_stats["lp"]}).posterior
+    assert mix["ess_lp"] == pytest.approx(float(az.ess(lp)["lp"]))
+    assert mix["rhat_lp"] == pytest.approx(float(az.rhat(lp)["lp"]))
+    from bnnzoo.diagnostics import function_draws
+
+    f = az.from_dict(posterior={"f": function_draws(rwmh_run)}).posterior
+    assert mix["ess_f_min"] == pytest.approx(float(az.ess(f)["f"].min()))
+    assert mix["rhat_f_max"] == pytest.approx(float(az.rhat(f)["f"].max()))
+    assert all(math.isfinite(v) for v in mix.values())
+
+
+def test_mixing_one_chain_and_constant_draws(rwmh_run):
+    one = dataclasses.replace(
+        rwmh_run,
+        samples={k: v[:1] for k, v in rwmh_run.samples.items()},
+        sample_stats={k: v[:1] for k, v in rwmh_run.sample_stats.items()},
+    )
+    mix = mixing(one)
+    assert math.isnan(mix["rhat_f_max"]) and math.isnan(mix["rhat_lp"])
+    assert mix["ess_f_min"] > 0
+    stuck = dataclasses.replace(
+        rwmh_run,
+        samples={k: np.broadcast_to(v[:1, :1], v.shape).copy() for k, v in rwmh_run.samples.items()},
+        sample_stats={"lp": np.zeros((3, 60))},
+    )
+    mix = mixing(stuck)  # zero variance everywhere: no crash, R-hat undefined
+    assert math.isnan(mix["rhat_f_max"]) and math.isnan(mix["rhat_lp"]) and math.isnan(mix["rhat_w_max"])
+    table = summary(stuck, include_lp=True)
+    assert len(table) == 17
+
+
+def test_compare_two_cheap_engines(cosine):
+    engines = ("rwmh", {"kind": "svi", "num_steps": 20, "num_samples": 30}, {"kind": "rwmh", "scale": 0.01})
+    table, runs = compare(zoo.cosine_mlp(hidden=4), cosine, engines=engines, num_samples=40, warmup_steps=40,
+                          num_chains=2)
+    assert list(table.index) == ["rwmh", "svi", "rwmh#2"]
+    assert list(runs) == ["rwmh", "svi", "rwmh#2"]
+    expected = ["engine", "kind", "chains", "draws", "wall_time_s", "rmse", "nll", "acceptance", "divergences",
+                "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s", "rhat_w_max", "ess_w_min"]
+    assert list(table.columns) == expected
+    assert table.loc["svi", "draws"] == 30 and table.loc["rwmh", "draws"] == 40
+    numeric = table.drop(columns=["engine", "kind"])
+    assert np.isfinite(numeric.drop(index="svi").to_numpy(float)).all()
+    svi = numeric.loc["svi"]
+    assert math.isnan(svi["acceptance"]) and math.isnan(svi["divergences"])
+    assert np.isfinite(svi.drop(["acceptance", "divergences"]).to_numpy(float)).all()
+    assert runs["rwmh"].data is runs["svi"].data and runs["rwmh"].model is runs["rwmh#2"].model
+    row = table.loc["rwmh"]
+    assert row["ess_per_s"] == pytest.approx(min(row["ess_lp"], row["ess_f_min"]) / row["wall_time_s"])
+    assert row["acceptance"] == pytest.approx(runs["rwmh"].sample_stats["acceptance_rate"].mean())
+    text = format_table(table)
+    lines = text.splitlines()
+    assert len(lines) == 2 + 3
+    assert lines[0].startswith("| engine") and "rhat_f_max" in lines[0]
+    assert "| svi " in text and "–" in lines[3]
+
+
+def test_compare_classification_columns_and_labels(bernoulli_run):
+    data = bernoulli_run.data
+    table, runs = compare(bernoulli_run.model, data, engines=[{"kind": "rwmh", "label": "short"}],
+                          num_samples=20, warmup_steps=20, num_chains=2)
+    assert {"accuracy", "ece", "nll"} <= set(table.columns) and "rmse" not in table.columns
+    assert list(runs) == ["short"] and table.loc["short", "kind"] == "rwmh"
+    assert 0 <= table.loc["short", "accuracy"] <= 1
+    with pytest.raises(ValueError, match="kind"):
+        compare(bernoulli_run.model, data, engines=[{"scale": 0.1}])
