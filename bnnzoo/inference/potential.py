@@ -102,6 +102,34 @@ class BNNPotential(FlatPotential):
         self.transforms = {n: biject_to(s).inv for n, s in self._supports.items()}
         self._bijections = {n: biject_to(s) for n, s in self._supports.items()}
         self._layout()
+        self._segments, self._other_sites = self._prior_segments()
+
+    def _prior_segments(self):
+        """Runs of adjacent unconstrained sites sharing one iid prior: their log
+        density is one elementwise op on a slice of ``theta``. Other sites go
+        through their distribution objects."""
+        segments: list[list] = []  # [start, end, prior]
+        others = []
+        start = 0
+        for site, size in zip(self.model.sites, self.sizes):
+            identity = self._bijections[site.name] is identity_transform
+            if site.elementwise is None or not identity:
+                others.append(site)
+            elif segments and segments[-1][1] == start and segments[-1][2] == site.elementwise:
+                segments[-1][1] = start + size
+            else:
+                segments.append([start, start + size, site.elementwise])
+            start += size
+        return [tuple(seg) for seg in segments], others
+
+    def log_prior(self, theta: Tensor, values: Mapping[str, Tensor]) -> Tensor:
+        """Log prior density of the constrained ``values`` (``theta`` flat)."""
+        total = 0.0
+        for start, end, prior in self._segments:
+            total = total + prior.log_density(theta[..., start:end]).sum(-1)
+        for site in self._other_sites:
+            total = total + self.model.site_distribution(site, values).log_prob(values[site.name])
+        return total
 
     def _prototype_supports(self) -> dict:
         """Each site's support, read off distributions built at a prior draw."""
@@ -137,7 +165,7 @@ class BNNPotential(FlatPotential):
     def __call__(self, theta: Tensor, rows: Tensor | None = None) -> Tensor:
         with pyro.validation_enabled(False):
             values, log_det = self.constrained_values(theta)
-            return -(self.model.log_prior(values) + self.log_likelihood(values, rows) + log_det)
+            return -(self.log_prior(theta, values) + self.log_likelihood(values, rows) + log_det)
 
     def minibatch_value_and_grad(self, theta: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Unbiased minibatch estimate of ``U`` and its gradient (likelihood scaled by N/B)."""

@@ -83,6 +83,13 @@ class BNN(PyroModule):
             for name, shape in self.param_shapes.items()
             for site in self.spec.prior_for(name).sites(name, shape)
         ] + self.likelihood.sites()
+        # distributions that depend on no other site are built once
+        self._fixed = {site.name: site.dist({}) for site in self.sites if not site.parents}
+
+    def site_distribution(self, site: Site, values: Mapping[str, torch.Tensor]):
+        """The distribution of ``site`` given the values of its parents."""
+        fixed = self._fixed.get(site.name)
+        return fixed if fixed is not None else site.dist(values)
 
     # ----------------------------------------------------------- properties
     @property
@@ -130,7 +137,7 @@ class BNN(PyroModule):
     # ------------------------------------------------------------ densities
     def log_prior(self, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Sum of the log densities of every latent site (batched over leading dims)."""
-        return sum(site.dist(values).log_prob(values[site.name]) for site in self.sites)
+        return sum(self.site_distribution(site, values).log_prob(values[site.name]) for site in self.sites)
 
     def observed(self, y: torch.Tensor) -> torch.Tensor:
         """``y`` in the dtype the likelihood's distribution expects."""
@@ -149,7 +156,7 @@ class BNN(PyroModule):
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         values: dict[str, torch.Tensor] = {}
         for site in self.sites:
-            values[site.name] = pyro.sample(site.name, site.dist(values))
+            values[site.name] = pyro.sample(site.name, self.site_distribution(site, values))
         f = self.apply(values, x)
         with pyro.plate("data", x.shape[0]):
             pyro.sample(OBSERVED, self.likelihood.distribution(f, values),

@@ -39,11 +39,16 @@ Values = Mapping[str, torch.Tensor]
 @dataclass(frozen=True)
 class Site:
     """One latent sample site: its name, its (event) shape, and its distribution
-    as a function of the values of the sites declared before it."""
+    as a function of the values of the sites it depends on (``parents``,
+    declared before it). A site without parents has a fixed distribution,
+    built once."""
 
     name: str
     shape: tuple[int, ...]
     dist: Callable[[Values], dist.Distribution]
+    parents: tuple[str, ...] = ()
+    #: set when the site's density is a product of iid terms ``prior.log_density(w_i)``
+    elementwise: "Prior | None" = None
 
 
 def _event(d: dist.Distribution, shape: tuple[int, ...]) -> dist.Distribution:
@@ -60,9 +65,18 @@ class Prior:
 
     kind: ClassVar[str] = ""
 
+    #: True when the prior is iid over the weights with density :meth:`log_density`
+    elementwise: ClassVar[bool] = False
+
     def sites(self, name: str, shape: tuple[int, ...]) -> list[Site]:
         """The sample sites for a weight called ``name`` with ``shape``; the last is the weight."""
-        return [Site(name, tuple(shape), lambda values: self.distribution(shape))]
+        return [Site(name, tuple(shape), lambda values: self.distribution(shape),
+                     elementwise=self if self.elementwise else None)]
+
+    def log_density(self, w: torch.Tensor) -> torch.Tensor:
+        """Elementwise log density (only for ``elementwise`` priors): a fast path
+        that must equal ``distribution`` term by term."""
+        raise NotImplementedError
 
     def distribution(self, shape: tuple[int, ...]) -> dist.Distribution:
         """The distribution of a whole weight tensor, one event of ``shape``."""
@@ -92,8 +106,13 @@ class Gaussian(Prior):
     def __post_init__(self):
         check_positive("scale", self.scale)
 
+    elementwise: ClassVar[bool] = True
+
     def distribution(self, shape):
         return _event(dist.Normal(_const(0.0), _const(self.scale)), shape)
+
+    def log_density(self, w):
+        return _gaussian_log_density(w, self.scale)
 
 
 @dataclass(frozen=True)
@@ -106,11 +125,38 @@ class Laplace(Prior):
     def __post_init__(self):
         check_positive("scale", self.scale)
 
+    elementwise: ClassVar[bool] = True
+
     def distribution(self, shape):
         return _event(dist.Laplace(_const(0.0), _const(self.scale)), shape)
 
+    def log_density(self, w):
+        return _laplace_log_density(w, self.scale)
+
     def split(self):
         return None, 1.0 / self.scale
+
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def _log(x):
+    return math.log(x) if isinstance(x, (int, float)) else torch.log(x)
+
+
+def _gaussian_log_density(w, scale):
+    return -0.5 * (w / scale) ** 2 - _log(scale) - _HALF_LOG_2PI
+
+
+def _laplace_log_density(w, scale):
+    return -w.abs() / scale - _log(2 * scale)
+
+
+def spike_slab_log_density(w, spike: str, spike_scale, slab_scale, inclusion_prob) -> torch.Tensor:
+    r"""Elementwise :math:`\log[(1-\delta)\,\text{spike}(w) + \delta\,N(w; 0, s_1^2)]`."""
+    spike_lp = (_laplace_log_density if spike == "laplace" else _gaussian_log_density)(w, spike_scale)
+    return torch.logaddexp(_log(1 - inclusion_prob) + spike_lp,
+                           _log(inclusion_prob) + _gaussian_log_density(w, slab_scale))
 
 
 class SpikeSlabMixture(TorchDistribution):
@@ -150,11 +196,8 @@ class SpikeSlabMixture(TorchDistribution):
         )
 
     def log_prob(self, value):
-        spike, slab = self._components()
-        return torch.logaddexp(
-            torch.log1p(-self.inclusion_prob) + spike.log_prob(value),
-            torch.log(self.inclusion_prob) + slab.log_prob(value),
-        )
+        return spike_slab_log_density(value, self.spike_kind, self.spike_scale, self.slab_scale,
+                                      self.inclusion_prob)
 
     def inclusion_posterior(self, value):
         """P(gamma = 1 | w): the posterior probability that ``w`` is in the slab."""
@@ -207,9 +250,14 @@ class SpikeAndSlab(Prior):
         """Slab standard deviation ``sigma sqrt(v1)``."""
         return self.sigma * math.sqrt(self.v1)
 
+    elementwise: ClassVar[bool] = True
+
     def distribution(self, shape):
         mix = SpikeSlabMixture(self.spike, self.spike_scale, self.slab_scale, self.inclusion_prob)
         return _event(mix, shape)
+
+    def log_density(self, w):
+        return spike_slab_log_density(w, self.spike, self.spike_scale, self.slab_scale, self.inclusion_prob)
 
 
 GROUPINGS = ("auto", "input", "output", "kernel")
@@ -349,7 +397,7 @@ class Horseshoe(Prior):
         return [
             Site(g, (), lambda values: dist.HalfCauchy(_const(self.global_scale))),
             Site(loc, shape, lambda values: _event(dist.HalfCauchy(_const(1.0)), shape)),
-            Site(name, shape, weight),
+            Site(name, shape, weight, parents=(g, loc)),
         ]
 
 
