@@ -2,7 +2,7 @@
 
 This package never imports an inference kernel: it reads a
 :class:`~bnnzoo.inference.Run` (duck-typed) or a finished ``pyro.infer.MCMC``
-(through :func:`bnnzoo.inference.draws.split_mcmc`).
+(through :func:`bnnzoo.draws.split_mcmc`).
 """
 
 from .arviz import posterior_dataset, site_dims, to_inference_data

@@ -138,7 +138,7 @@ def _is_run(obj) -> bool:
 
 
 def _is_svi(run) -> bool:
-    return run.engine == "svi" or "loss" in (getattr(run, "extras", None) or {})
+    return getattr(run, "kind", "mcmc") == "vi"
 
 
 def _from_run(run) -> _Source:
@@ -148,14 +148,14 @@ def _from_run(run) -> _Source:
     options = dict(getattr(run, "options", None) or {})
     attrs = {
         "engine": str(run.engine),
-        "method": "svi" if svi else "mcmc",
+        "method": "vi" if svi else "mcmc",
         "sampling_time": float(run.wall_time),
         "num_warmup": int(options.get("num_steps" if svi else "warmup_steps", 0) or 0),
         "options": json.dumps(options, default=str, sort_keys=True),
         **{f"option.{k}": str(v) for k, v in options.items()},
     }
     if svi:
-        attrs["guide"] = "AutoNormal (mean-field Normal)"
+        attrs["guide"] = "mean-field Normal on the unconstrained parameters"
     spec = getattr(run.model, "spec", None)
     if spec is not None and getattr(spec, "name", None):
         attrs["model"] = str(spec.name)
@@ -170,7 +170,7 @@ def _from_run(run) -> _Source:
 
 
 def _from_mcmc(mcmc, model, data) -> _Source:
-    from ..inference.draws import split_mcmc  # the inference -> diagnostics hand-off, no kernel
+    from ..draws import split_mcmc  # the inference -> diagnostics hand-off, imports no kernel
 
     draws = split_mcmc(mcmc)
     args, x_test = (), None

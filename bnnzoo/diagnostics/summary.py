@@ -15,6 +15,7 @@ inputs) as the headline, next to the ESS/R-hat of ``lp`` and the weight-space nu
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import warnings
@@ -38,8 +39,6 @@ def _quiet():
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         warnings.simplefilter("ignore", UserWarning)
-        import logging
-
         logger = logging.getLogger("arviz")
         level = logger.level
         logger.setLevel(logging.ERROR)

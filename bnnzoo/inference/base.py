@@ -226,7 +226,7 @@ class FlatKernel(MCMCKernel):
         return self.unflatten(theta_new)
 
     def _record(self, stats: Mapping[str, Tensor]) -> None:
-        row = {k: torch.as_tensor(v).detach().reshape(self.num_chains).cpu().numpy() for k, v in stats.items()}
+        row = {k: self._per_chain(v) for k, v in stats.items()}
         if self.in_warmup:
             self._warmup_stats.append(row)
             return
@@ -234,6 +234,11 @@ class FlatKernel(MCMCKernel):
         self._stats.append(row)
         self._accept_sum += float(row["acceptance_rate"].mean())
         self._divergences.extend([draw] * int(row["diverging"].sum()))
+
+    def _per_chain(self, value) -> np.ndarray:
+        """A statistic as ``[C]`` (scalar per chain) or ``[C, k]`` (a vector per chain)."""
+        v = torch.as_tensor(value).detach().reshape(self.num_chains, -1).cpu().numpy()
+        return v[:, 0] if v.shape[1] == 1 else v
 
     # ----------------------------------------------------------- reporting
     @staticmethod

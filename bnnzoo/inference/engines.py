@@ -2,7 +2,7 @@
 
 Every engine takes the same core arguments (model, training data, number of
 draws, warm-up steps, chains, seed) plus its own options, and returns
-:class:`~bnnzoo.inference.draws.Draws`. A new engine is one function and one
+:class:`~bnnzoo.draws.Draws`. A new engine is one function and one
 ``@engine(...)`` line.
 """
 
@@ -22,7 +22,7 @@ from pyro.infer import MCMC
 from ..data import Dataset, check_data, load
 from ..models import BNN, zoo
 from ..models.spec import spec_from
-from .draws import Draws, split_mcmc
+from ..draws import Draws, split_mcmc
 from .hmc import HMC, NUTS
 from .potential import BNNPotential, FlatPotential, initial_theta, make_potential
 from .rwmh import RandomWalkMH
@@ -39,8 +39,13 @@ class Engine:
 
     def options(self) -> list[str]:
         """Engine-specific keyword options (beyond the common ones)."""
+        return list(self.defaults())
+
+    def defaults(self) -> dict[str, Any]:
+        """Engine-specific options with their default values."""
         common = {"model", "x", "y", "num_samples", "warmup_steps", "num_chains", "progress"}
-        return [p for p in inspect.signature(self.fn).parameters if p not in common]
+        params = inspect.signature(self.fn).parameters.values()
+        return {p.name: p.default for p in params if p.name not in common}
 
 
 ENGINES: dict[str, Engine] = {}
@@ -72,6 +77,7 @@ class Run:
     """
 
     engine: str
+    kind: str  # "mcmc" or "vi"
     model: BNN
     data: Dataset
     samples: dict[str, np.ndarray]
@@ -194,11 +200,13 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
                     warmup_steps=warmup_steps, num_chains=num_chains, progress=progress, **engine_options)
     wall = time.perf_counter() - start
     extras = dict(draws.extras)
+    counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
+    if spec.kind == "mcmc":
+        counts["warmup_steps"] = warmup_steps
     if draws.warmup_sample_stats:
         extras["warmup_sample_stats"] = draws.warmup_sample_stats
-    return Run(engine, model, data, draws.samples, draws.sample_stats, wall,
-               options={"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": num_chains,
-                        "seed": seed, **engine_options},
+    return Run(engine, spec.kind, model, data, draws.samples, draws.sample_stats, wall,
+               options={**counts, **spec.defaults(), **engine_options},
                extras=extras)
 
 

@@ -83,8 +83,11 @@ class BNN(PyroModule):
             for name, shape in self.param_shapes.items()
             for site in self.spec.prior_for(name).sites(name, shape)
         ] + self.likelihood.sites()
-        # distributions that depend on no other site are built once
-        self._fixed = {site.name: site.dist({}) for site in self.sites if not site.parents}
+        # distributions that depend on no other site are built once, without
+        # argument validation: samplers may probe NaN values (step-size search),
+        # which must come back as a NaN density, not an exception
+        with pyro.validation_enabled(False):
+            self._fixed = {site.name: site.dist({}) for site in self.sites if not site.parents}
 
     def site_distribution(self, site: Site, values: Mapping[str, torch.Tensor]):
         """The distribution of ``site`` given the values of its parents."""

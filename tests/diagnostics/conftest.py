@@ -4,7 +4,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -55,7 +54,3 @@ def close_figures():
 
     yield
     plt.close("all")
-
-
-def flat(a):
-    return np.asarray(a).reshape(-1)

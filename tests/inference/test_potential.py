@@ -138,6 +138,22 @@ def test_bnn_potential_equals_pyro_potential_conv(float64):
     _compare_with_pyro(*cnn_problem(), seed=2)
 
 
+def test_bnn_potential_equals_pyro_potential_mixed_priors(float64):
+    """Per-site priors: runs of equal iid priors (merged into one segment of
+    theta), different iid priors side by side, and horseshoe sites between."""
+    spec = BNNSpec(
+        layers=[Dense(4, "tanh"), Dense(3, "relu"), Dense(3, "softplus"), Dense(1)], input_dim=2,
+        prior=Gaussian(0.5),
+        priors={"layers.1.weight": Laplace(0.3), "layers.1.bias": Laplace(0.3), "layers.2.weight": Horseshoe(0.4),
+                "layers.2.bias": Gaussian(2.0), "layers.3": SpikeAndSlab(spike="gaussian"),
+                "layers.0.bias": GroupSpikeAndSlab()},
+        likelihood=GaussianLikelihood("learned"),
+    )
+    x, y = make_data(spec.likelihood, 10, 2)
+    pyro.set_rng_seed(0)
+    _compare_with_pyro(BNN(spec), x, y, seed=18)
+
+
 def test_bnn_potential_equals_pyro_potential_float32():
     """In the default float32 the two agree to float32 accuracy."""
     pyro.set_rng_seed(0)

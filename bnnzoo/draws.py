@@ -38,17 +38,27 @@ def _to_numpy(v) -> np.ndarray:
 
 
 def _chain_stats(diag: dict, num_draws: int, vectorized: int) -> dict[str, np.ndarray]:
-    """One Pyro chain's stats as ``[vectorized, draws]`` arrays."""
+    """One Pyro chain's stats as ``[vectorized, draws, *rest]`` arrays.
+
+    A kernel reports ``[draws, *rest]`` per stat, or ``[draws, C, *rest]`` when it
+    advanced C vectorized chains.
+    """
     stats = {k: np.asarray(v) for k, v in (diag.get("sample_stats") or {}).items()}
     if "diverging" not in stats:  # a stock Pyro kernel: only the divergence indices survive
-        diverging = np.zeros(num_draws, dtype=bool)
-        diverging[np.asarray(diag.get("divergences", []), dtype=int)] = True
+        diverging = np.zeros((num_draws, vectorized) if vectorized > 1 else num_draws, dtype=bool)
+        index = np.asarray(diag.get("divergences", []), dtype=int)
+        if vectorized == 1:
+            diverging[index] = True
         stats["diverging"] = diverging
-    out = {}
-    for k, v in stats.items():
-        v = v.reshape(num_draws, -1) if vectorized > 1 else v.reshape(num_draws, 1)
-        out[k] = v.T
-    return out
+    return {k: np.moveaxis(v, 1, 0) if vectorized > 1 else v[None] for k, v in stats.items()}
+
+
+def _stack_stats(rows: list[dict], num_draws_of, vectorized: int) -> dict[str, np.ndarray]:
+    per_chain = [_chain_stats(d, num_draws_of(d), vectorized) for d in rows]
+    if not per_chain:
+        return {}
+    return {k: np.concatenate([c[k] for c in per_chain])
+            for k in per_chain[0] if all(k in c for c in per_chain)}
 
 
 def split_mcmc(mcmc) -> Draws:
@@ -61,14 +71,9 @@ def split_mcmc(mcmc) -> Draws:
         grouped = {
             k: np.moveaxis(v, 2, 1).reshape((-1, num_draws) + v.shape[3:]) for k, v in grouped.items()
         }
-    per_chain = [_chain_stats(d, num_draws, vectorized) for d in diagnostics]
-    stats = {
-        k: np.concatenate([c[k] for c in per_chain]) for k in per_chain[0] if all(k in c for c in per_chain)
-    }
+    stats = _stack_stats(diagnostics, lambda d: num_draws, vectorized)
+    warm_rows = [{"sample_stats": d.get("warmup_sample_stats") or {}, "divergences": []} for d in diagnostics]
     warm = {}
-    warm_rows = [d.get("warmup_sample_stats") or {} for d in diagnostics]
-    if warm_rows and warm_rows[0]:
-        for k in warm_rows[0]:
-            arrays = [np.asarray(w[k]).reshape(len(w[k]), -1).T for w in warm_rows]
-            warm[k] = np.concatenate(arrays)
+    if warm_rows and warm_rows[0]["sample_stats"]:
+        warm = _stack_stats(warm_rows, lambda d: len(next(iter(d["sample_stats"].values()))), vectorized)
     return Draws(grouped, stats, warm)

@@ -1,0 +1,190 @@
+"""The ``bnnzoo`` command: ``demo``, ``run SPEC.toml``, ``list``, ``inspect RUN.nc``.
+
+Errors print one line and exit with status 1 (2 for usage errors); ``--debug``
+shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+DEMO_TITLE = "bnnzoo demo: one network, four engines"
+DEMO_DESCRIPTION = """\
+A 1-20-1 tanh network with a Laplace(1) prior on every weight and bias, Gaussian
+noise 0.1, on the `cosine` data (100 points, x ~ U(0, 4), y = cos x + N(0, 0.1^2)).
+Each engine runs 2 chains; the runs are short, so read the diagnostics, not only the errors."""
+
+
+def demo_plan(quick: bool = False) -> dict:
+    """The demo's model, data and engines (``quick``: a much smaller smoke run)."""
+    from .models import Laplace, zoo
+
+    spec = zoo.cosine_mlp(hidden=8 if quick else 20, prior=Laplace(1.0), noise=0.1)
+    n = 20 if quick else 200
+    engines = [
+        {"kind": "nuts", "num_samples": n, "warmup_steps": n, "max_tree_depth": 4 if quick else 6},
+        {"kind": "hmc", "num_samples": n, "warmup_steps": n, "num_steps": 5 if quick else 15},
+        {"kind": "rwmh", "num_samples": 10 * n, "warmup_steps": 10 * n, "scale": 0.02},
+        {"kind": "svi", "num_samples": n, "num_steps": 100 if quick else 3000, "lr": 0.01},
+    ]
+    return {"spec": spec, "data": {"name": "cosine"}, "engines": engines, "num_chains": 2, "seed": 0}
+
+
+def _load_data(table: dict | str | None, seed: int):
+    from .data import load
+
+    if table is None:
+        raise ValueError("[data]: missing; give name = '<dataset>' or path = 'train.csv' with target = '<column>'")
+    if isinstance(table, str):
+        return load(table, seed=seed)
+    options = dict(table)
+    name = options.pop("name", "csv" if "path" in options else None)
+    if name is None:
+        raise ValueError("[data]: give name = '<dataset>' or path = 'train.csv'")
+    return load(name, seed=int(options.pop("seed", seed)), **options)
+
+
+def _compare(plan: dict, out: str, title: str, description: str, progress: bool) -> int:
+    from .report import write_report
+    from .workbench import compare, format_table
+
+    seed = int(plan.get("seed", 0))
+    data = _load_data(plan["data"], seed)
+    common = {k: plan[k] for k in ("num_samples", "warmup_steps", "num_chains") if k in plan}
+    table, runs = compare(plan["spec"], data, engines=plan["engines"], seed=seed, progress=progress, **common)
+    print(format_table(table))
+    path = write_report(table, runs, out, title, description)
+    print(f"\nwrote {path} and {len(runs)} run file(s) in {Path(out)}/")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    plan = demo_plan(quick=args.quick)
+    return _compare(plan, args.out, DEMO_TITLE, DEMO_DESCRIPTION, progress=not args.no_progress and sys.stderr.isatty())
+
+
+def read_run_file(path: str | Path) -> dict:
+    """Read a run file: ``[model]`` (a spec), ``[data]``, ``[[engines]]`` and an optional ``[run]``
+    table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``."""
+    from .models.spec import BNNSpec
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"run file not found: {path}")
+    with path.open("rb") as fh:
+        try:
+            doc = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: not valid TOML: {e}") from None
+    unknown = sorted(set(doc) - {"model", "data", "engines", "run"})
+    if unknown:
+        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected model, data, engines, run")
+    if "model" not in doc:
+        raise ValueError(f"{path}: missing the [model] table")
+    engines = doc.get("engines")
+    if not engines:
+        raise ValueError(f"{path}: add at least one [[engines]] table with kind = '<engine>'")
+    settings = dict(doc.get("run", {}))
+    bad = sorted(set(settings) - {"num_samples", "warmup_steps", "num_chains", "seed"})
+    if bad:
+        raise ValueError(f"[run]: unknown key(s) {', '.join(bad)}; expected num_samples, warmup_steps, num_chains, seed")
+    return {"spec": BNNSpec.from_dict(doc["model"]), "data": doc.get("data"), "engines": engines, **settings}
+
+
+def cmd_run(args) -> int:
+    plan = read_run_file(args.spec)
+    return _compare(plan, args.out, f"bnnzoo run {Path(args.spec).name}", "", progress=not args.no_progress and sys.stderr.isatty())
+
+
+def cmd_list(args) -> int:
+    from .data import DATASETS
+    from .inference import ENGINES
+    from .models import LIKELIHOODS, PRIORS, zoo
+
+    def section(title, rows):
+        print(f"{title}:")
+        for name, text in rows:
+            print(f"  {name:<22} {text}")
+        print()
+
+    first_line = lambda obj: (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""  # noqa: E731
+    section("priors", [(k, first_line(v)) for k, v in PRIORS.items()])
+    section("likelihoods", [(k, first_line(v)) for k, v in LIKELIHOODS.items()])
+    section("engines", [(k, f"{e.description} Options: {', '.join(e.options())}") for k, e in ENGINES.items()])
+    section("datasets", [(k, first_line(v)) for k, v in DATASETS.items()])
+    section("zoo models", [(k, first_line(v)) for k, v in zoo.ZOO.items()])
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    import arviz as az
+    import pandas as pd
+
+    from .diagnostics import summary
+
+    path = Path(args.run)
+    if not path.exists():
+        raise FileNotFoundError(f"run file not found: {path}")
+    idata = az.from_netcdf(str(path))
+    print(f"{path}: groups {', '.join(idata.groups())}")
+    attrs = idata.posterior.attrs
+    for key in ("engine", "sampling_time", "num_warmup"):
+        if key in attrs:
+            print(f"  {key}: {attrs[key]}")
+    with pd.option_context("display.width", 160, "display.max_rows", args.rows):
+        print(summary(idata).head(args.rows).to_string())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bnnzoo", description="Bayesian neural networks: models, engines, diagnostics.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", help="compare NUTS, HMC, RWMH and SVI on the cosine MLP and write a report")
+    p.add_argument("--out", default="out")
+    p.add_argument("--quick", action="store_true", help="a tiny smoke run (seconds)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(fn=cmd_demo)
+
+    p = sub.add_parser("run", help="run the engines of a TOML run file and write a report")
+    p.add_argument("spec", help="TOML file with [model], [data], [[engines]] and optional [run]")
+    p.add_argument("--out", default="out")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("list", help="priors, likelihoods, engines, datasets and zoo models")
+    p.set_defaults(fn=cmd_list)
+
+    p = sub.add_parser("inspect", help="summarise a saved run (.nc)")
+    p.add_argument("run")
+    p.add_argument("--rows", type=int, default=30)
+    p.set_defaults(fn=cmd_inspect)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    warnings.filterwarnings("ignore", message="num_chains=.*available_cpu")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        print("bnnzoo: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # one clear line unless --debug
+        if args.debug:
+            raise
+        print(f"bnnzoo: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

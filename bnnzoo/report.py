@@ -1,0 +1,88 @@
+"""Write a comparison to a folder: one NetCDF per run, the table as CSV, and a
+markdown report with figures."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import re
+from pathlib import Path
+from typing import Mapping
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .diagnostics import plots  # noqa: E402
+from .workbench import format_table  # noqa: E402
+
+READING_GUIDE = """\
+## How to read this report
+
+- **rmse / accuracy, nll, ece**: test-set error of the posterior predictive
+  (nll: negative log predictive density per test point, lower is better; ece:
+  expected calibration error, classification only).
+- **ess_f_min, rhat_f_max**: mixing measured in *function space*: the smallest
+  effective sample size and the largest R-hat of the predictive mean at the test
+  inputs. This is the headline: network weights are not identifiable
+  (hidden units can be permuted and sign-flipped), so weight-space R-hat is
+  inflated even when predictions have converged.
+- **ess_lp, rhat_lp**: the same for the log joint density `lp`.
+- **ess_per_s**: min(ess_lp, ess_f_min) per second of wall time.
+- **rhat_w_max, ess_w_min**: weight-space diagnostics, for reference only.
+- **acceptance, divergences**: mean acceptance probability and the number of
+  divergent transitions (NaN energies count as divergences) after warm-up.
+  SVI has neither: its "chains" are independent fits, so its R-hat measures how
+  much the fits disagree.
+- R-hat near 1 (below 1.01-1.05) and ESS in the hundreds are what to look for.
+"""
+
+
+def _safe(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+
+
+def _save(fig, path: Path) -> str:
+    fig.savefig(path, dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return path.name
+
+
+def _figures(label: str, run, out: Path) -> list[str]:
+    """Figures of one run; a figure that does not apply (no energy) is skipped and said so."""
+    lines = []
+    makers = [("trace", lambda: plots.plot_trace(run.idata))]
+    if "energy" in run.sample_stats:
+        makers.append(("energy", lambda: plots.plot_energy(run.idata)))
+    if "acceptance_rate" in run.sample_stats:
+        makers.append(("acceptance", lambda: plots.plot_acceptance(run.idata)))
+    if run.model.task == "regression" and run.model.spec.num_inputs == 1:
+        makers.append(("predictive", lambda: plots.plot_predictive_band(run)))
+    for kind, make in makers:
+        name = _save(make(), out / f"{_safe(label)}_{kind}.png")
+        lines.append(f"![{label} {kind}]({name})")
+    return lines
+
+
+def write_report(table: pd.DataFrame, runs: Mapping[str, object], out: str | Path, title: str,
+                 description: str = "") -> Path:
+    """Write ``<label>.nc`` per run, ``comparison.csv``, figures and ``report.md`` into ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "comparison.csv", index=False)
+    lines = [f"# {title}", "", description, "",
+             f"Generated {datetime.datetime.now():%Y-%m-%d %H:%M} on {platform.machine()} "
+             f"({platform.python_implementation()} {platform.python_version()}).", "",
+             "## Comparison", "", format_table(table), ""]
+    for label, run in runs.items():
+        run.idata.to_netcdf(str(out / f"{_safe(label)}.nc"))
+        lines += [f"## {label}", "",
+                  f"{run.num_chains} chains x {run.num_draws} draws, {run.wall_time:.1f} s. "
+                  f"Options: `{run.options}`", ""]
+        lines += _figures(label, run, out) + [""]
+    lines.append(READING_GUIDE)
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,190 @@
+"""ChEESHMC and the leapfrog integrator: exact posteriors, NaN handling,
+bad options, and C vectorized chains under Pyro's MCMC driver."""
+
+import math
+
+import numpy as np
+import pyro
+import pytest
+import torch
+from pyro.infer import MCMC
+from torch.distributions.transforms import identity_transform
+
+from bnnzoo.inference import ChEESHMC, FlatPotential, run, split_mcmc
+from bnnzoo.inference.chees import _available_memory, halton, mass_windows
+from bnnzoo.inference.integrators import kinetic_energy, leapfrog
+from bnnzoo.models import BNN
+from targets import assert_moments, linear_regression, regression_draws
+
+PROBLEM = linear_regression()
+
+
+class GaussianTarget(FlatPotential):
+    """``N(mean, cov)`` on one site ``x``, in closed form."""
+
+    def __init__(self, mean, cov, dtype=None):
+        dtype = dtype or torch.get_default_dtype()
+        self.mean = torch.as_tensor(mean, dtype=dtype)
+        self.precision = torch.linalg.inv(torch.as_tensor(cov, dtype=dtype))
+        self.names, self.shapes = ["x"], {"x": (len(mean),)}
+        self.transforms = {"x": identity_transform}
+        self._layout()
+
+    def __call__(self, theta):
+        d = theta - self.mean
+        return 0.5 * ((d @ self.precision) * d).sum(-1)
+
+
+class TruncatedNormal(FlatPotential):
+    """``N(0, 1)`` restricted to ``x <= 1``: the potential is NaN above 1."""
+
+    names, shapes, transforms = ["x"], {"x": (1,)}, {"x": identity_transform}
+
+    def __init__(self):
+        self._layout()
+
+    def __call__(self, theta):
+        u = 0.5 * (theta ** 2).sum(-1)
+        return torch.where(theta[..., 0] > 1.0, torch.full_like(u, math.nan), u)
+
+
+def ill_scaled_gaussian():
+    sd = np.array([0.1, 0.5, 1.0, 3.0])
+    corr = np.full((4, 4), 0.6)
+    np.fill_diagonal(corr, 1.0)
+    return np.array([1.0, -2.0, 0.5, 3.0]), corr * np.outer(sd, sd)
+
+
+def sample(potential, num_chains, num_samples, warmup_steps, seed=0, **options):
+    pyro.set_rng_seed(seed)
+    kernel = ChEESHMC(potential=potential, num_chains=num_chains, **options)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, disable_progbar=True)
+    mcmc.run()
+    return kernel, split_mcmc(mcmc)
+
+
+# ------------------------------------------------------------- integrator
+def test_leapfrog_per_chain_steps_match_separate_runs():
+    mean, cov = ill_scaled_gaussian()
+    target = GaussianTarget(mean, cov, dtype=torch.float64)
+    torch.manual_seed(0)
+    theta, p = torch.randn(4, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
+    value, grad = target.value_and_grad(theta)
+    inv_mass = torch.tensor([0.01, 0.25, 1.0, 9.0], dtype=torch.float64)
+    steps = torch.tensor([0, 1, 3, 5])
+    out = leapfrog(theta, p, grad, 0.05, steps, target.value_and_grad, inv_mass, value)
+    for c, n in enumerate(steps.tolist()):
+        one = leapfrog(theta[c:c + 1], p[c:c + 1], grad[c:c + 1], 0.05, n, target.value_and_grad, inv_mass,
+                       value[c:c + 1])
+        for got, want in zip(out, one):
+            torch.testing.assert_close(got[c:c + 1], want)
+
+
+def test_leapfrog_is_reversible_and_nearly_conserves_energy():
+    mean, cov = ill_scaled_gaussian()
+    target = GaussianTarget(mean, cov, dtype=torch.float64)
+    torch.manual_seed(1)
+    inv_mass = torch.tensor([0.01, 0.25, 1.0, 9.0], dtype=torch.float64)
+    theta = torch.as_tensor(mean) + torch.randn(8, 4, dtype=torch.float64) * inv_mass.sqrt()
+    p = torch.randn(8, 4, dtype=torch.float64) / inv_mass.sqrt()
+    value, grad = target.value_and_grad(theta)
+    step_size = torch.full((8, 1), 0.02, dtype=torch.float64)
+    theta1, p1, value1, grad1 = leapfrog(theta, p, grad, step_size, 40, target.value_and_grad, inv_mass)
+    energy0 = value + kinetic_energy(p, inv_mass)
+    energy1 = value1 + kinetic_energy(p1, inv_mass)
+    assert (energy1 - energy0).abs().max() < 0.05
+    theta2, p2, _, _ = leapfrog(theta1, -p1, grad1, step_size, 40, target.value_and_grad, inv_mass)
+    torch.testing.assert_close(theta2, theta)
+    torch.testing.assert_close(-p2, p)
+
+
+def test_halton_and_mass_windows():
+    assert [halton(i) for i in range(1, 5)] == [0.5, 0.25, 0.75, 0.125]
+    assert mass_windows(500) == [(75, 100), (100, 150), (150, 250), (250, 450)]
+    assert mass_windows(10) == []
+
+
+# ------------------------------------------------------ known posteriors
+def test_correlated_ill_scaled_gaussian():
+    mean, cov = ill_scaled_gaussian()
+    kernel, draws = sample(GaussianTarget(mean, cov), num_chains=32, num_samples=250, warmup_steps=300)
+    assert_moments(draws.samples["x"], mean, np.sqrt(np.diag(cov)), min_ess=1000)
+    # the warm-up found the scales: inverse mass ~ the variances
+    np.testing.assert_allclose(kernel.inv_mass.numpy(), np.diag(cov), rtol=0.3)
+    assert draws.sample_stats["diverging"].sum() == 0
+
+
+def test_linear_regression_as_bnn_exact_posterior():
+    r = run(PROBLEM.spec, (PROBLEM.x, PROBLEM.y), engine="chees", num_samples=200, warmup_steps=300,
+            num_chains=16, seed=2)
+    assert r.num_chains == 16
+    assert_moments(regression_draws(r.samples), PROBLEM.mean, PROBLEM.sd, min_ess=500)
+
+
+def test_nan_potential_is_a_rejected_counted_divergence():
+    kernel, draws = sample(TruncatedNormal(), num_chains=16, num_samples=300, warmup_steps=200, seed=3)
+    x = draws.samples["x"]
+    assert np.isfinite(x).all() and x.max() <= 1.0
+    diverging = draws.sample_stats["diverging"]
+    assert diverging.sum() > 0
+    assert len(kernel.diagnostics()["divergences"]) == diverging.sum()
+    assert np.all(draws.sample_stats["acceptance_rate"][diverging] == 0)
+    assert np.all(np.isfinite(draws.sample_stats["lp"]))
+    # still the right distribution: N(0, 1) truncated at 1
+    ratio = math.exp(-0.5) / math.sqrt(2 * math.pi) / (0.5 * (1 + math.erf(1 / math.sqrt(2))))
+    assert_moments(x, np.array([-ratio]), np.array([math.sqrt(1 - ratio - ratio ** 2)]), min_ess=400)
+
+
+# ------------------------------------------------------------ bad options
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        ({"step_size": 0.0}, "step_size"),
+        ({"step_size": -0.1}, "step_size"),
+        ({"target_accept": 1.0}, "target_accept"),
+        ({"target_accept": 0.0}, "target_accept"),
+        ({"num_chains": 1}, "num_chains"),
+        ({"trajectory_length": -1.0}, "trajectory_length"),
+        ({"max_leapfrog_steps": 0}, "max_leapfrog_steps"),
+        ({"jitter": "sobol"}, "jitter"),
+    ],
+    ids=["step0", "step-neg", "accept1", "accept0", "one-chain", "length-neg", "max-steps0", "jitter"],
+)
+def test_bad_options_raise_naming_the_option(options, name):
+    with pytest.raises(ValueError, match=name):
+        ChEESHMC(potential=TruncatedNormal(), **{"num_chains": 4, **options})
+    with pytest.raises(ValueError, match=name):
+        run(PROBLEM.spec, (PROBLEM.x, PROBLEM.y), engine="chees", num_samples=5, warmup_steps=5,
+            **{"num_chains": 4, **options})
+
+
+def test_one_chain_is_fine_without_trajectory_adaptation():
+    _, draws = sample(TruncatedNormal(), num_chains=1, num_samples=5, warmup_steps=5, adapt_trajectory=False)
+    assert draws.samples["x"].shape == (1, 5, 1)
+
+
+@pytest.mark.skipif(_available_memory() is None, reason="no /proc/meminfo")
+def test_too_many_chains_for_memory_refused_before_sampling():
+    with pytest.raises(ValueError, match=r"num_chains=10000000.*GiB"):
+        run(PROBLEM.spec, (PROBLEM.x, PROBLEM.y), engine="chees", num_samples=5, warmup_steps=5,
+            num_chains=10_000_000)
+
+
+# ------------------------------------------------------------- Pyro driver
+def test_pyro_mcmc_runs_c_chains_that_split_back():
+    pyro.set_rng_seed(4)
+    kernel = ChEESHMC(BNN(PROBLEM.spec), num_chains=6)
+    mcmc = MCMC(kernel, num_samples=20, warmup_steps=30, num_chains=1, disable_progbar=True)
+    mcmc.run(PROBLEM.x, PROBLEM.y)
+    draws = split_mcmc(mcmc)
+    assert draws.samples["layers.0.weight"].shape == (6, 20, 1, 3)
+    assert draws.samples["layers.0.bias"].shape == (6, 20, 1)
+    assert set(ChEESHMC.stat_names) <= set(draws.sample_stats)
+    for name in ChEESHMC.stat_names:
+        assert draws.sample_stats[name].shape == (6, 20), name
+        assert draws.warmup_sample_stats[name].shape == (6, 30), name
+    stats = draws.sample_stats
+    assert np.all(stats["step_size"] == stats["step_size"][0, 0])  # frozen after warm-up, shared
+    assert np.all(stats["trajectory_length"] == stats["trajectory_length"][0, 0])
+    assert np.all(stats["n_steps"] == stats["n_steps"][:1])  # one step count per transition
+    assert len(np.unique(draws.samples["layers.0.bias"][:, -1])) == 6  # six distinct chains

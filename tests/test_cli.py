@@ -1,0 +1,104 @@
+"""The `bnnzoo` command at tiny sizes."""
+
+import subprocess
+import sys
+import textwrap
+
+import arviz as az
+import pandas as pd
+import pytest
+
+from bnnzoo.cli import main
+
+RUN_FILE = textwrap.dedent("""\
+    [model]
+    input_dim = 1
+    layers = [{units = 5, activation = "tanh"}, {units = 1}]
+    prior = {kind = "laplace", scale = 1.0}
+    likelihood = {kind = "gaussian", noise = 0.1}
+    [model.priors."layers.0.weight"]
+    kind = "spike_and_slab"
+    [data]
+    name = "cosine"
+    n_train = 30
+    [run]
+    num_chains = 2
+    seed = 3
+    [[engines]]
+    kind = "nuts"
+    num_samples = 15
+    warmup_steps = 15
+    max_tree_depth = 3
+    [[engines]]
+    kind = "rwmh"
+    num_samples = 50
+    warmup_steps = 50
+    """)
+
+
+@pytest.fixture(scope="module")
+def demo_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_demo_writes_report_runs_and_table(demo_out):
+    report = (demo_out / "report.md").read_text()
+    table = pd.read_csv(demo_out / "comparison.csv")
+    assert list(table["engine"]) == ["nuts", "hmc", "rwmh", "svi"]
+    for engine in table["engine"]:
+        assert (demo_out / f"{engine}.nc").exists()
+        assert f"## {engine}" in report
+    assert (demo_out / "nuts_energy.png").exists() and (demo_out / "nuts_predictive.png").exists()
+    assert "How to read this report" in report
+    nuts = az.from_netcdf(str(demo_out / "nuts.nc"))
+    assert {"posterior", "sample_stats", "log_likelihood"} <= set(nuts.groups())
+    assert nuts.posterior.sizes["chain"] == 2
+
+
+def test_inspect_prints_a_summary(demo_out, capsys):
+    assert main(["inspect", str(demo_out / "nuts.nc")]) == 0
+    out = capsys.readouterr().out
+    assert "groups" in out and "layers.0.weight" in out and "r_hat" in out
+
+
+def test_run_reads_a_hand_written_toml(tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(RUN_FILE)
+    assert main(["run", str(spec), "--out", str(tmp_path / "res"), "--no-progress"]) == 0
+    table = pd.read_csv(tmp_path / "res" / "comparison.csv")
+    assert list(table["engine"]) == ["nuts", "rwmh"]
+    assert list(table["chains"]) == [2, 2]
+    assert (tmp_path / "res" / "rwmh.nc").exists()
+
+
+def test_list_names_every_registry(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for word in ("spike_and_slab", "horseshoe", "categorical", "nuts", "rwmh", "svi", "cosine",
+                 "linear_p1000", "digits", "csv", "cosine_mlp"):
+        assert word in out
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (RUN_FILE.replace('activation = "tanh"', 'activation = "rleu"'),
+         "layers[0].activation: unknown activation 'rleu'; choose one of"),
+        (RUN_FILE.replace('kind = "rwmh"', 'kind = "rwhm"'), "engine 'rwhm': unknown engine"),
+        (RUN_FILE.replace('name = "cosine"', 'name = "cosin"'), "dataset 'cosin'"),
+        ("[model\n", "not valid TOML"),
+    ],
+    ids=["activation", "engine", "dataset", "toml"],
+)
+def test_errors_are_one_line_and_exit_nonzero(tmp_path, content, message):
+    spec = tmp_path / "bad.toml"
+    spec.write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "bnnzoo.cli", "run", str(spec), "--out", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bnnzoo: error:"), proc.stderr
+    assert message in lines[0]
+    assert "Traceback" not in proc.stderr
