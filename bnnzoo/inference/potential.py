@@ -27,11 +27,20 @@ import torch
 from pyro.infer.mcmc.util import initialize_model
 from pyro.ops.integrator import potential_grad
 from torch.distributions import biject_to
-from torch.distributions.transforms import identity_transform
+from torch.distributions.transforms import ComposeTransform, IndependentTransform, identity_transform
 
 from ..models.bnn import BNN
 
 Tensor = torch.Tensor
+
+
+def is_identity(transform) -> bool:
+    """True for the identity bijection, also when wrapped as an ``IndependentTransform``
+    (what ``biject_to`` gives for the support of a multivariate real event)."""
+    while isinstance(transform, IndependentTransform):
+        transform = transform.base_transform
+    return transform is identity_transform or (
+        isinstance(transform, ComposeTransform) and not transform.parts)
 
 
 class FlatPotential:
@@ -112,7 +121,7 @@ class BNNPotential(FlatPotential):
         others = []
         start = 0
         for site, size in zip(self.model.sites, self.sizes):
-            identity = self._bijections[site.name] is identity_transform
+            identity = is_identity(self._bijections[site.name])
             if site.elementwise is None or not identity:
                 others.append(site)
             elif segments and segments[-1][1] == start and segments[-1][2] == site.elementwise:
@@ -147,7 +156,7 @@ class BNNPotential(FlatPotential):
         values, log_det = {}, torch.zeros(theta.shape[:-1], dtype=theta.dtype)
         for name, u in self.unflatten(theta).items():
             bij = self._bijections[name]
-            if bij is identity_transform:
+            if is_identity(bij):
                 values[name] = u
                 continue
             values[name] = x = bij(u)
