@@ -22,7 +22,12 @@ predictions
 warmup_sample_stats
     Per-draw statistics of warm-up, when the engine recorded them.
 vi_trace
-    SVI only: ``loss (chain, step)``, the negative ELBO of every optimisation step.
+    SVI only: ``loss (chain, step)``, the objective of every optimisation step (the
+    negative ELBO estimate, its KL reweighted per minibatch), and, when the engine
+    records them, ``elbo``, ``nll``, ``kl``, ``lr_loc``, ``lr_scale`` ``(chain, step)``.
+inclusion_prob
+    Spike-and-slab SA engines (``sgld_sa``, ``sghmc_sa``): the final inclusion
+    probability of every weight of a sparse layer, ``(chain, *weight dims)``.
 
 Attributes (posterior, sample_stats and the InferenceData itself): ``engine``,
 ``method``, ``inference_library`` (``pyro``), ``sampling_time`` (seconds, the run's
@@ -74,6 +79,8 @@ class _Source:
     x_test: Any = None
     attrs: dict[str, Any] = field(default_factory=dict)
     loss: np.ndarray | None = None
+    inclusion_prob: dict[str, np.ndarray] = field(default_factory=dict)
+    vi_trace: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------- the entry point
@@ -156,6 +163,7 @@ def _from_run(run) -> _Source:
     }
     if svi:
         attrs["guide"] = "mean-field Normal on the unconstrained parameters"
+    attrs.update(extras.get("idata_attrs") or {})  # engine notes, e.g. SG-MCMC's minibatch lp
     spec = getattr(run.model, "spec", None)
     if spec is not None and getattr(spec, "name", None):
         attrs["model"] = str(spec.name)
@@ -166,6 +174,8 @@ def _from_run(run) -> _Source:
         warmup_stats={k: np.asarray(v) for k, v in (extras.get("warmup_sample_stats") or {}).items()},
         model=run.model, args=(data.x_train, data.y_train), x_test=data.x_test,
         attrs=attrs, loss=None if loss is None else np.asarray(loss),
+        vi_trace={k: np.asarray(v) for k, v in (extras.get("vi_trace") or {}).items()},
+        inclusion_prob={k: np.asarray(v) for k, v in (extras.get("inclusion_prob") or {}).items()},
     )
 
 
@@ -338,10 +348,25 @@ def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_si
     )
     if src.loss is not None:
         loss = np.asarray(src.loss, dtype=np.float64).reshape(chains, -1)
+        more = {k: (("chain", "step"), np.asarray(v, dtype=np.float64).reshape(loss.shape))
+                for k, v in src.vi_trace.items()}
         trace = xr.Dataset(
-            {"loss": (("chain", "step"), loss)},
+            {"loss": (("chain", "step"), loss), **more},
             coords={"chain": np.arange(chains), "step": np.arange(loss.shape[1])},
-            attrs={"description": "negative ELBO per SVI step"},
+            attrs={"description": "SVI optimisation trace per step: loss (the negative-ELBO objective, "
+                                  "KL reweighted per minibatch), elbo, nll, kl, learning rates"},
         )
         idata.add_groups({"vi_trace": trace})
+    if src.inclusion_prob:
+        idata.add_groups({"inclusion_prob": _inclusion_group(src.inclusion_prob, model)})
     return idata
+
+
+def _inclusion_group(inclusion: Mapping[str, np.ndarray], model) -> xr.Dataset:
+    """Final inclusion probabilities of a spike-and-slab SA run (``Run.extras["inclusion_prob"]``):
+    one variable per sparse site, ``(chain, *site dims)``, named like the posterior's."""
+    data = {name: (["chain"] + site_dims(name, v.shape[1:], model), np.asarray(v, dtype=np.float64))
+            for name, v in inclusion.items()}
+    chains = next(iter(inclusion.values())).shape[0]
+    return xr.Dataset(data, coords={"chain": np.arange(chains)},
+                      attrs={"description": "final inclusion probability P(gamma = 1 | data) per weight"})

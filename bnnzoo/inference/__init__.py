@@ -8,8 +8,16 @@ from .engines import ENGINES, Engine, Run, engine, run
 from .hmc import HMC, NUTS
 from .potential import BNNPotential, FlatPotential, PyroPotential, make_potential
 from .rwmh import RandomWalkMH
+from .adaptive import SGHMCSA, SGLDSA  # registers "sgld_sa", "sghmc_sa" (and, via sgmcmc, "sgld", "sghmc")
+from .sgmcmc import SGHMC, SGLD
+from .proximal_hmc import ProximalHMC  # registers the "proximal_hmc" engine
+from .optim import AdaBound, AMSBound, PyroAdaBound, PyroAMSBound
+from .vi import MeanFieldGuide, VIFit, VIOptions, fit_mean_field, kl_weights
 
 __all__ = [
     "BNNPotential", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FlatKernel", "FlatPotential", "HMC",
-    "NUTS", "PyroPotential", "RandomWalkMH", "Run", "engine", "make_potential", "run", "split_mcmc",
+    "NUTS", "ProximalHMC", "PyroPotential", "RandomWalkMH", "Run", "engine", "make_potential", "run", "split_mcmc",
+    "AdaBound", "AMSBound", "PyroAdaBound", "PyroAMSBound", "MeanFieldGuide", "VIFit", "VIOptions",
+    "fit_mean_field", "kl_weights",
+    "SGHMC", "SGHMCSA", "SGLD", "SGLDSA",
 ]

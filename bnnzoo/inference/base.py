@@ -232,8 +232,10 @@ class FlatKernel(MCMCKernel):
             return
         draw = len(self._stats)
         self._stats.append(row)
-        self._accept_sum += float(row["acceptance_rate"].mean())
-        self._divergences.extend([draw] * int(row["diverging"].sum()))
+        if "acceptance_rate" in row:  # SG-MCMC kernels have no accept step and record none
+            self._accept_sum += float(row["acceptance_rate"].mean())
+        if "diverging" in row:
+            self._divergences.extend([draw] * int(row["diverging"].sum()))
 
     def _per_chain(self, value) -> np.ndarray:
         """A statistic as ``[C]`` (scalar per chain) or ``[C, k]`` (a vector per chain)."""
@@ -264,11 +266,12 @@ class FlatKernel(MCMCKernel):
     def logging(self) -> OrderedDict:
         rows = self._stats or self._warmup_stats
         recent = rows[-50:]
-        acc = float(np.mean([r["acceptance_rate"].mean() for r in recent])) if recent else float("nan")
         log = OrderedDict()
         if recent and "step_size" in recent[-1]:
             log["step size"] = f"{float(recent[-1]['step_size'].mean()):.2e}"
-        log["acc. prob"] = f"{acc:.3f}"
+        if not recent or "acceptance_rate" in recent[-1]:
+            acc = float(np.mean([r["acceptance_rate"].mean() for r in recent])) if recent else float("nan")
+            log["acc. prob"] = f"{acc:.3f}"
         return log
 
 

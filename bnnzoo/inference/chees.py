@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from ..models.spec import Conv2d
 from .base import DualAveraging, FlatKernel, check_fraction_option, check_positive_option, metropolis_accept
 from .integrators import kinetic_energy, leapfrog, velocity
 
@@ -125,8 +126,6 @@ def _available_memory() -> int | None:
 
 def _widest_activation(spec) -> int:
     """Largest number of activations per data row over the network's layers."""
-    from ..models.spec import Conv2d  # local: models never import inference, and vice versa at load
-
     feature = tuple(spec.input_shape) if spec.input_shape else (int(spec.input_dim),)
     widest = math.prod(feature)
     for layer in spec.layers:
@@ -300,7 +299,13 @@ class ChEESHMC(FlatKernel):
             self._windows = mass_windows(self._warmup_steps)
 
     def _clip_trajectory_length(self) -> None:
-        low, high = self.step_size, self.step_size * self.max_leapfrog_steps
+        """Keep :math:`T` in ``[eps, max_leapfrog_steps * eps]``. During warm-up
+        ``eps`` is dual averaging's *averaged* step size: its raw iterates swing
+        by 10x, and clipping to them would cut :math:`T` down at every dip."""
+        step_size = self.step_size
+        if self.adapt_step_size and self.in_warmup and self._step_adapter.t:
+            step_size = self._step_adapter.final_step_size
+        low, high = step_size, step_size * self.max_leapfrog_steps
         self.trajectory_length = min(max(self.trajectory_length, low), high)
 
     # ---------------------------------------------------------- sampling

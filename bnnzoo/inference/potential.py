@@ -19,6 +19,7 @@ a dict-in/scalar-out function that Pyro's ``HMC``/``NUTS`` accept.
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Callable, Mapping
 
@@ -30,6 +31,7 @@ from torch.distributions import biject_to
 from torch.distributions.transforms import ComposeTransform, IndependentTransform, identity_transform
 
 from ..models.bnn import BNN
+from ..models.priors import Gaussian
 
 Tensor = torch.Tensor
 
@@ -58,6 +60,12 @@ class FlatPotential:
     def _layout(self) -> None:
         self.sizes = [math.prod(self.shapes[n]) for n in self.names]
         self.dim = sum(self.sizes)
+
+    @property
+    def slices(self) -> dict[str, slice]:
+        """Each site's index range in the flat vector: ``theta[..., slices[name]]``."""
+        ends = itertools.accumulate(self.sizes)
+        return {n: slice(end - size, end) for n, size, end in zip(self.names, self.sizes, ends)}
 
     def unflatten(self, theta: Tensor) -> dict[str, Tensor]:
         """Unconstrained site values, each ``[*batch, *shape]``."""
@@ -88,6 +96,24 @@ class FlatPotential:
 
     def __call__(self, theta: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    # ------------------------------------------------- smooth / L1 split
+    def l1_weights(self, spike_and_slab: bool = False) -> Tensor:
+        r"""``[D]`` weights :math:`\beta` of the exact L1 part of ``U``:
+        :math:`U(\theta) = f(\theta) + \sum_d \beta_d |\theta_d|` with ``f`` smooth
+        (Lipschitz gradient) near :math:`\theta_d = 0`. Zero where a coordinate has
+        no L1 part. The base class knows none (all zeros); subclasses override.
+        """
+        return torch.zeros(self.dim, dtype=torch.get_default_dtype())
+
+    def smooth_value_and_grad(self, theta: Tensor, l1: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        r"""The smooth part :math:`f = U - \sum_d \beta_d |\theta_d|` and its gradient
+        :math:`\nabla U - \beta \odot \operatorname{sign}(\theta)` (``l1`` defaults to
+        :meth:`l1_weights`). At :math:`\theta_d = 0` autograd gives
+        :math:`\partial |\theta_d| = 0`, so the result is :math:`\nabla f` there too."""
+        l1 = self.l1_weights() if l1 is None else l1
+        value, grad = self.value_and_grad(theta)
+        return value - (l1 * theta.abs()).sum(-1), grad - l1 * torch.sign(theta)
 
 
 class BNNPotential(FlatPotential):
@@ -131,10 +157,13 @@ class BNNPotential(FlatPotential):
             start += size
         return [tuple(seg) for seg in segments], others
 
-    def log_prior(self, theta: Tensor, values: Mapping[str, Tensor]) -> Tensor:
-        """Log prior density of the constrained ``values`` (``theta`` flat)."""
+    def log_prior(self, theta: Tensor, values: Mapping[str, Tensor], skip_gaussian: bool = False) -> Tensor:
+        """Log prior density of the constrained ``values`` (``theta`` flat); with
+        ``skip_gaussian``, without the coordinates of :meth:`gaussian_prior_scale`."""
         total = 0.0
         for start, end, prior in self._segments:
+            if skip_gaussian and isinstance(prior, Gaussian):
+                continue
             total = total + prior.log_density(theta[..., start:end]).sum(-1)
         for site in self._other_sites:
             total = total + self.model.site_distribution(site, values).log_prob(values[site.name])
@@ -165,16 +194,60 @@ class BNNPotential(FlatPotential):
         return values, log_det
 
     def log_likelihood(self, values, rows: Tensor | None = None) -> Tensor:
-        """Summed log likelihood of the data (or of ``rows``, scaled by N/B)."""
+        """Summed log likelihood of the data (or of ``rows``, scaled by N/B).
+
+        ``rows`` is ``[B]`` (one minibatch for every chain) or ``[C, B]`` (one
+        minibatch per chain)."""
         if rows is None:
             return self.model.log_likelihood(values, self.x, self.y).sum(-1)
-        scale = self.num_data / rows.numel()
-        return scale * self.model.log_likelihood(values, self.x[rows], self.y[rows]).sum(-1)
+        scale = self.num_data / rows.shape[-1]
+        return scale * self.model.log_likelihood(values, *self.minibatch(rows)).sum(-1)
+
+    def minibatch(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Inputs and targets of ``rows`` (``[B]`` or ``[C, B]``): ``x[rows], y[rows]``,
+        gathered by ``index_select`` (several times faster than advanced indexing)."""
+        flat = rows.reshape(-1)
+        x = self.x.index_select(0, flat).reshape(rows.shape + self.x.shape[1:])
+        return x, self.y.index_select(0, flat).reshape(rows.shape + self.y.shape[1:])
 
     def __call__(self, theta: Tensor, rows: Tensor | None = None) -> Tensor:
         with pyro.validation_enabled(False):
             values, log_det = self.constrained_values(theta)
             return -(self.log_prior(theta, values) + self.log_likelihood(values, rows) + log_det)
+
+    def gaussian_prior_scale(self) -> Tensor:
+        """Per coordinate of ``theta`` ``[D]``: the prior sd where the prior is an iid
+        ``N(0, sd^2)`` on an untransformed site (a closed-form KL for a Gaussian
+        guide), NaN elsewhere."""
+        scale = torch.full((self.dim,), math.nan, dtype=torch.get_default_dtype())
+        for start, end, prior in self._segments:
+            if isinstance(prior, Gaussian):
+                scale[start:end] = prior.scale
+        return scale
+
+    def log_prior_and_likelihood(self, theta: Tensor, rows: Tensor | None = None,
+                                 skip_gaussian: bool = False) -> tuple[Tensor, Tensor]:
+        """``U = -(log_prior + log_lik)`` in two parts, each ``[*batch]``: the log prior
+        in unconstrained space (with the log|Jacobian|; ``skip_gaussian`` leaves out
+        the coordinates of :meth:`gaussian_prior_scale`) and the log likelihood
+        (of ``rows`` scaled by N/B when given)."""
+        with pyro.validation_enabled(False):
+            values, log_det = self.constrained_values(theta)
+            return self.log_prior(theta, values, skip_gaussian) + log_det, self.log_likelihood(values, rows)
+
+    def l1_weights(self, spike_and_slab: bool = False) -> Tensor:
+        """``[D]`` L1 weights from the priors' smooth/L1 split (:meth:`Prior.split`):
+        ``1/scale`` on the coordinates of sites with an iid Laplace prior and an
+        identity transform, 0 elsewhere. With ``spike_and_slab=True``, sites with a
+        Laplace-spike :class:`~bnnzoo.models.SpikeAndSlab` get the exact kink of
+        their density at 0 (:func:`prior_l1_weight`)."""
+        weights = torch.zeros(self.dim, dtype=torch.get_default_dtype())
+        start = 0
+        for site, size in zip(self.model.sites, self.sizes):
+            if site.elementwise is not None and is_identity(self._bijections[site.name]):
+                weights[start:start + size] = prior_l1_weight(site.elementwise, spike_and_slab)
+            start += size
+        return weights
 
     def minibatch_value_and_grad(self, theta: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Unbiased minibatch estimate of ``U`` and its gradient (likelihood scaled by N/B)."""
@@ -194,6 +267,7 @@ class PyroPotential(FlatPotential):
     def __init__(self, model: Callable, args=(), kwargs=None):
         init, fn, transforms, _ = initialize_model(model, tuple(args), kwargs or {})
         self._fn = fn
+        self._model, self._args, self._kwargs = model, tuple(args), dict(kwargs or {})
         self.names = sorted(init)
         self.shapes = {n: tuple(init[n].shape) for n in self.names}
         self.transforms = {n: transforms.get(n, identity_transform) for n in self.names}
@@ -214,6 +288,81 @@ class PyroPotential(FlatPotential):
 
     def potential_fn(self, params):
         return self._fn(params)
+
+    def l1_weights(self, spike_and_slab: bool = False) -> Tensor:
+        """``[D]`` L1 weights detected on the model's trace: ``1/scale`` (times the
+        site's ``poutine.scale``) on latent sites whose distribution is a
+        ``Laplace(0, scale)`` (possibly expanded or wrapped in ``Independent``)
+        with a scale that depends on no latent value, unmasked, with an identity
+        transform; 0 elsewhere. ``spike_and_slab`` is accepted for symmetry with
+        :class:`BNNPotential` (plain Pyro models have no spike-and-slab site)."""
+        from pyro import poutine
+
+        values = {n: self.transforms[n].inv(u).detach().clone().requires_grad_(True)
+                  for n, u in self.initial.items()}
+        with torch.enable_grad(), pyro.validation_enabled(False):
+            trace = poutine.trace(poutine.condition(self._model, data=values)).get_trace(
+                *self._args, **self._kwargs)
+        parts = []
+        for name in self.names:
+            site = trace.nodes[name]
+            beta = None
+            transform = self.transforms[name]  # constrained -> unconstrained: check it and its inverse
+            if (is_identity(transform) or is_identity(transform.inv)) and site.get("mask") is None:
+                beta = laplace_l1_weight(site["fn"])
+            if beta is None:
+                parts.append(torch.zeros(self.shapes[name]))
+                continue
+            scale = site.get("scale", 1.0)
+            beta = torch.as_tensor(scale, dtype=beta.dtype) * beta
+            parts.append(torch.broadcast_to(beta.detach(), self.shapes[name]))
+        dtype = torch.get_default_dtype()
+        return torch.cat([p.reshape(-1).to(dtype) for p in parts]) if parts else torch.zeros(0, dtype=dtype)
+
+
+def laplace_l1_weight(distribution) -> Tensor | None:
+    """``1/scale`` of a ``Laplace(0, scale)`` (unwrapping ``Independent`` and
+    expanded distributions) whose scale is a constant, i.e. carries no gradient
+    from the latent values; None for anything else."""
+    d = distribution
+    while True:
+        if isinstance(d, torch.distributions.Independent):
+            d = d.base_dist
+        elif isinstance(d, pyro.distributions.torch_distribution.ExpandedDistribution):
+            d = d.base_dist
+        else:
+            break
+    if not isinstance(d, torch.distributions.Laplace):
+        return None
+    if d.scale.requires_grad or d.loc.requires_grad or bool((d.loc != 0).any()):
+        return None
+    return 1.0 / d.scale.detach()
+
+
+def prior_l1_weight(prior, spike_and_slab: bool = False) -> float:
+    r"""The L1 weight of an elementwise prior: ``prior.split()[1]`` (``1/scale`` for
+    :class:`~bnnzoo.models.Laplace`, 0 for smooth priors).
+
+    With ``spike_and_slab=True``, a :class:`~bnnzoo.models.SpikeAndSlab` with a
+    Laplace spike gets the slope of the kink of :math:`-\log p` at 0,
+
+    .. math:: \beta = \frac{1}{s_0}\,\frac{(1-\delta)\,\mathrm{Lap}(0; s_0)}
+              {(1-\delta)\,\mathrm{Lap}(0; s_0) + \delta\, N(0; 0, s_1^2)},
+
+    so that :math:`-\log p(w) - \beta |w|` has equal one-sided derivatives at 0
+    (it is :math:`C^1`): the exact L1 part of the mixture.
+    """
+    l1 = float(prior.split()[1])
+    if l1 > 0 or not spike_and_slab:
+        return l1
+    from ..models.priors import SpikeAndSlab  # local: only this helper needs the class
+
+    if isinstance(prior, SpikeAndSlab) and prior.spike == "laplace":
+        s0, s1, delta = prior.spike_scale, prior.slab_scale, prior.inclusion_prob
+        spike = (1 - delta) / (2 * s0)
+        slab = delta / (math.sqrt(2 * math.pi) * s1)
+        return spike / (spike + slab) / s0
+    return 0.0
 
 
 def make_potential(model, x: Tensor | None = None, y: Tensor | None = None, args=(), kwargs=None) -> FlatPotential:

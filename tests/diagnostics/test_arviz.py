@@ -164,7 +164,7 @@ def test_svi_loss_trace_and_netcdf(svi_run, tmp_path):
     assert "vi_trace" in idata.groups()
     np.testing.assert_allclose(idata.vi_trace["loss"].values, svi_run.extras["loss"])
     assert idata.vi_trace["loss"].dims == ("chain", "step")
-    assert idata.posterior.attrs["method"] == "svi"
+    assert idata.posterior.attrs["method"] == "vi"
     assert idata.posterior.attrs["inference_library"] == "pyro"
     path = tmp_path / "svi.nc"
     idata.to_netcdf(str(path))

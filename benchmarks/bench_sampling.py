@@ -1,0 +1,122 @@
+"""ESS per second on the cosine MLP: stock Pyro NUTS, Pyro NUTS on the fast
+potential, bnnzoo's many-chain ChEES-HMC, and NumPyro NUTS (when installed).
+
+The model is the cosine MLP of paper 003 (1-50-1 tanh, N(0, 1) priors, noise
+0.1, 100 points). Every engine keeps the same number of post-warm-up draws in
+total. Mixing is measured on identifiable quantities only (network weights are
+permutation- and sign-symmetric, so their ESS means nothing): the ESS of ``lp``
+and of the predictive mean f(x*) at 20 test inputs; the score is the minimum of
+the two, divided by wall time. All engines run in one process, one after
+another, so their ratios are measured under the same conditions.
+
+Usage: ``python benchmarks/bench_sampling.py [--draws 1000] [--warmup 500]
+[--chees-chains 16] [--skip-stock]``; writes ``benchmarks/results/sampling.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, markdown_table, write_results  # noqa: E402
+import numpyro_models as npm  # noqa: E402
+
+from bnnzoo.data import load  # noqa: E402
+from bnnzoo.inference import run  # noqa: E402
+from bnnzoo.models import zoo  # noqa: E402
+
+X_STAR = torch.linspace(0.0, 4.0, 20).reshape(-1, 1)
+
+
+def score(name: str, wall: float, lp: np.ndarray, f: np.ndarray, extra: dict) -> dict:
+    """ESS of lp ``[chain, draw]`` and min ESS of f ``[chain, draw, 20]``; ESS/s of their minimum."""
+    ess_lp = float(az.ess(lp))
+    ess_f = float(min(az.ess(f[..., j]) for j in range(f.shape[-1])))
+    ess = min(ess_lp, ess_f)
+    return {"engine": name, "chains": lp.shape[0], "draws": lp.size, "wall_s": wall, "ess_lp": ess_lp,
+            "ess_f_min": ess_f, "ess_per_s": ess / wall, **extra}
+
+
+def bnnzoo_engine(label, data, engine, num_chains, draws, warmup, **options):
+    spec = zoo.cosine_mlp(hidden=50)
+    start = time.perf_counter()
+    r = run(spec, data, engine=engine, num_samples=draws // num_chains, warmup_steps=warmup,
+            num_chains=num_chains, seed=0, **options)
+    wall = time.perf_counter() - start
+    f = r.predict(X_STAR)[..., 0]
+    stats = r.sample_stats
+    extra = {"mean_accept": float(np.mean(stats["acceptance_rate"])),
+             "grads_per_draw": float(np.mean(stats["n_steps"])) if "n_steps" in stats else None}
+    return score(label, wall, stats["lp"], f, extra)
+
+
+def numpyro_nuts(data, num_chains, draws, warmup):
+    from numpyro.infer import MCMC, NUTS
+    import jax
+
+    model, forward = npm.mlp_model([1, 50, 1], "tanh", "gaussian", noise=0.1)
+    x, y = npm.as_jax(data.x_train.numpy()), npm.as_jax(data.y_train.numpy())
+    start = time.perf_counter()
+    mcmc = MCMC(NUTS(model), num_warmup=warmup, num_samples=draws // num_chains, num_chains=num_chains,
+                chain_method="sequential", progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), x, y, extra_fields=("potential_energy", "num_steps", "accept_prob"))
+    samples = mcmc.get_samples(group_by_chain=True)
+    wall = time.perf_counter() - start
+    extra = mcmc.get_extra_fields(group_by_chain=True)
+    lp = -np.asarray(extra["potential_energy"])
+    flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in samples.items()}
+    f = np.stack([np.asarray(forward({k: v[i] for k, v in flat.items()}, npm.as_jax(X_STAR.numpy())))[:, 0]
+                  for i in range(lp.size)]).reshape(lp.shape + (-1,))
+    return score("numpyro NUTS", wall, lp, f, {"mean_accept": float(np.mean(extra["accept_prob"])),
+                                              "grads_per_draw": float(np.mean(extra["num_steps"]))})
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--draws", type=int, default=1000, help="post-warm-up draws per engine, all chains")
+    parser.add_argument("--warmup", type=int, default=500, help="warm-up steps per chain (NUTS engines)")
+    parser.add_argument("--chees-chains", type=int, default=16)
+    parser.add_argument("--chees-warmup", type=int, default=500)
+    parser.add_argument("--skip-stock", action="store_true", help="skip stock Pyro NUTS (slow)")
+    parser.add_argument("--stock-draws", type=int, default=None,
+                        help="fewer draws for stock Pyro NUTS (its ESS/s is still comparable)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    data = load("cosine", seed=0)
+    rows = []
+    if npm.AVAILABLE:
+        rows.append(numpyro_nuts(data, 2, args.draws, args.warmup))
+        print(rows[-1], flush=True)
+    rows.append(bnnzoo_engine("bnnzoo chees (ChEES-HMC)", data, "chees", args.chees_chains, args.draws,
+                              args.chees_warmup))
+    print(rows[-1], flush=True)
+    rows.append(bnnzoo_engine("pyro NUTS, fast potential", data, "nuts", 2, args.draws, args.warmup))
+    print(rows[-1], flush=True)
+    if not args.skip_stock:
+        stock = args.stock_draws or args.draws
+        rows.append(bnnzoo_engine("pyro NUTS, stock", data, "nuts", 2, stock, min(args.warmup, stock // 2),
+                                  fast=False))
+        print(rows[-1], flush=True)
+    reference = next((r["ess_per_s"] for r in rows if r["engine"] == "numpyro NUTS"), None)
+    stock_rate = next((r["ess_per_s"] for r in rows if r["engine"] == "pyro NUTS, stock"), None)
+    for r in rows:
+        r["vs_numpyro"] = r["ess_per_s"] / reference if reference else None
+        r["vs_stock_pyro"] = r["ess_per_s"] / stock_rate if stock_rate else None
+    columns = ["engine", "chains", "draws", "wall_s", "mean_accept", "grads_per_draw", "ess_lp", "ess_f_min",
+               "ess_per_s", "vs_numpyro", "vs_stock_pyro"]
+    table = markdown_table(rows, columns)
+    payload = {"machine": machine(), "settings": vars(args), "rows": rows}
+    js, md = write_results("sampling", payload, table)
+    print(table)
+    print(f"wrote {js} and {md}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""SGLD and SGHMC: the update rules, schedules and minibatches as pure functions;
+the kernels against a known Gaussian (exactly, against the stationary law of the
+discretised dynamics, and approximately, against the target) and against the
+exact posterior of a Bayesian linear regression with minibatches; statistics,
+thinning, NaN handling and bad options."""
+
+import itertools
+import math
+
+import numpy as np
+import pyro
+import pytest
+import scipy.linalg
+import torch
+from pyro.infer import MCMC
+
+from bnnzoo.inference import SGHMC, SGLD, BNNPotential, FlatPotential, run
+from bnnzoo.inference.sgmcmc import (StepSizeSchedule, inverse_temperature_at, minibatch_rows, sghmc_step,
+                                     sgld_step)
+from bnnzoo.models import BNN
+from targets import assert_gaussian, assert_moments, gaussian_target, linear_regression, regression_draws
+
+COV = np.array([[1.0, 0.5], [0.5, 1.0]])
+MEAN = np.array([1.0, -2.0])
+
+
+# ------------------------------------------------------------ pure pieces
+def test_sgld_step_is_the_langevin_update():
+    theta, grad, noise = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4)
+    out = sgld_step(theta, grad, 0.01, inverse_temperature=4.0, noise=noise)
+    torch.testing.assert_close(out, theta - 0.01 * grad + math.sqrt(2 * 0.01 / 4.0) * noise)
+
+
+def test_sghmc_step_is_chen_et_al_eq_15():
+    theta, v, grad, noise = (torch.randn(3, 4) for _ in range(4))
+    theta_new, v_new = sghmc_step(theta, v, grad, 0.01, friction=0.2, noise_estimate=0.05,
+                                  inverse_temperature=2.0, noise=noise)
+    want_v = 0.8 * v - 0.01 * grad + math.sqrt(2 * (0.2 - 0.05) * 0.01 / 2.0) * noise
+    torch.testing.assert_close(v_new, want_v)
+    torch.testing.assert_close(theta_new, theta + want_v)
+
+
+def test_step_size_schedules():
+    assert StepSizeSchedule(0.1)(1000) == 0.1
+    poly = StepSizeSchedule(1e-3, "polynomial")  # paper 001: 0.001 k^(-1/3)
+    assert poly(1) == pytest.approx(1e-3) and poly(8) == pytest.approx(5e-4) and poly(1000) == pytest.approx(1e-4)
+    shifted = StepSizeSchedule(1.0, "polynomial", power=0.5, offset=3.0)
+    assert shifted(1) == pytest.approx(1.0) and shifted(13) == pytest.approx(0.5)
+    cyc = StepSizeSchedule(0.2, "cyclical", cycle_length=10)
+    assert cyc(1) == pytest.approx(0.2) and cyc(6) == pytest.approx(0.1) and cyc(11) == pytest.approx(0.2)
+    assert all(cyc(k) > cyc(k + 1) for k in range(1, 10))
+
+
+def test_simulated_annealing_of_the_inverse_temperature():
+    assert inverse_temperature_at(1, 10.0, 1.1) == pytest.approx(10.0)
+    assert inverse_temperature_at(3, 10.0, 1.1) == pytest.approx(12.1)
+    assert inverse_temperature_at(10**6, 10.0, 1.1, maximum=50.0) == 50.0
+    assert inverse_temperature_at(10**6, 10.0, 1.1) == math.inf  # no overflow error
+    assert inverse_temperature_at(7, 3.0) == 3.0
+
+
+def test_minibatch_rows_are_drawn_without_replacement():
+    rows = minibatch_rows(20, 7, num_chains=5)
+    assert rows.shape == (5, 7)
+    assert all(len(set(r.tolist())) == 7 for r in rows) and rows.max() < 20
+    shared = minibatch_rows(20, 7, num_chains=5, shared=True)
+    assert shared.shape == (7,) and len(set(shared.tolist())) == 7
+
+
+def test_minibatch_gradient_is_unbiased():
+    # averaged over every minibatch of size B, the N/B-scaled estimate is the full potential and gradient
+    problem = linear_regression(n=8, p=2, seed=3)
+    potential = BNNPotential(BNN(problem.spec), problem.x, problem.y)
+    theta = torch.randn(1, potential.dim, dtype=torch.float64).to(torch.get_default_dtype())
+    subsets = torch.tensor(list(itertools.combinations(range(8), 3)))  # [56, 3]: one minibatch per "chain"
+    value, grad = potential.minibatch_value_and_grad(theta.expand(len(subsets), -1), subsets)
+    full_value, full_grad = potential.value_and_grad(theta)
+    torch.testing.assert_close(value.mean(0, keepdim=True), full_value, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(grad.mean(0, keepdim=True), full_grad, rtol=1e-5, atol=1e-4)
+    # one shared minibatch [B] gives the same numbers as that minibatch for every chain [C, B]
+    shared_value, _ = potential.minibatch_value_and_grad(theta.expand(2, -1), subsets[5])
+    torch.testing.assert_close(shared_value, value[5].expand(2))
+
+
+# ------------------------------------------------- exact stationary laws
+def langevin_stationary_cov(cov: np.ndarray, step_size: float) -> np.ndarray:
+    """Stationary covariance of x' = x - h P x + sqrt(2h) xi: solves S = (I - hP) S (I - hP)' + 2h I."""
+    a = np.eye(len(cov)) - step_size * np.linalg.inv(cov)
+    return scipy.linalg.solve_discrete_lyapunov(a, 2 * step_size * np.eye(len(cov)))
+
+
+def sghmc_stationary_cov(cov: np.ndarray, step_size: float, friction: float) -> np.ndarray:
+    """x block of the stationary covariance of (x, v) under sghmc_step with the exact gradient."""
+    d = len(cov)
+    eye, hp = np.eye(d), step_size * np.linalg.inv(cov)
+    a = np.block([[eye - hp, (1 - friction) * eye], [-hp, (1 - friction) * eye]])
+    b = np.vstack([eye, eye]) * math.sqrt(2 * friction * step_size)
+    return scipy.linalg.solve_discrete_lyapunov(a, b @ b.T)[:d, :d]
+
+
+def _gaussian_draws(kernel_cls, num_chains=500, num_samples=300, warmup=300, seed=0, **options):
+    pyro.set_rng_seed(seed)
+    target = gaussian_target(MEAN, COV)
+    kernel = kernel_cls(potential=target, num_chains=num_chains, init_radius=2.0, **options)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup, disable_progbar=True)
+    mcmc.run()
+    x = mcmc.get_samples()["x"].numpy()  # [draw, chain, d]
+    return np.swapaxes(x, 0, 1), kernel
+
+
+@pytest.mark.parametrize("kernel_cls, options, exact_cov", [
+    (SGLD, {"step_size": 0.05, "thin": 4}, langevin_stationary_cov(COV, 0.05)),
+    (SGHMC, {"step_size": 0.01, "friction": 0.2, "thin": 3}, sghmc_stationary_cov(COV, 0.01, 0.2)),
+], ids=["sgld", "sghmc"])
+def test_gaussian_target(kernel_cls, options, exact_cov):
+    draws, _ = _gaussian_draws(kernel_cls, **options)
+    # exact: the discretised dynamics' own stationary law, within 5 MCSE
+    assert_gaussian(draws, MEAN, exact_cov)
+    # approximate: the target itself, up to the O(step) discretisation bias
+    flat = draws.reshape(-1, 2)
+    np.testing.assert_allclose(flat.mean(0), MEAN, atol=0.03)
+    np.testing.assert_allclose(np.cov(flat.T), COV, atol=0.06)
+
+
+def test_smaller_steps_are_closer_to_the_target():
+    # the bias of the unadjusted dynamics shrinks with the step size
+    big = langevin_stationary_cov(COV, 0.2)
+    small = langevin_stationary_cov(COV, 0.01)
+    assert np.abs(small - COV).max() < 0.05 * np.abs(big - COV).max()
+
+
+def test_inverse_temperature_scales_the_covariance():
+    draws, _ = _gaussian_draws(SGLD, num_chains=400, num_samples=200, warmup=200, step_size=0.02, thin=4,
+                               inverse_temperature=4.0)
+    assert_gaussian(draws, MEAN, langevin_stationary_cov(COV, 0.02) / 4.0)
+
+
+# ------------------------------------------------ a BNN with minibatches
+PROBLEM = linear_regression()
+
+
+@pytest.mark.parametrize("engine, options", [
+    ("sgld", {"step_size": 2e-4, "thin": 5}),
+    ("sghmc", {"step_size": 2e-5, "friction": 0.05, "thin": 5}),
+], ids=["sgld", "sghmc"])
+def test_linear_regression_with_minibatches(engine, options):
+    r = run(PROBLEM.spec, (PROBLEM.x, PROBLEM.y), engine=engine, num_samples=600, warmup_steps=500, num_chains=8,
+            seed=2, batch_size=20, init_radius=0.5, **options)
+    draws = regression_draws(r.samples)
+    # unbiased in the mean; minibatch noise inflates the sd by O(step size), here a few percent
+    assert_moments(draws, PROBLEM.mean, draws.std((0, 1), ddof=1))
+    assert_moments(draws, PROBLEM.mean, PROBLEM.sd * 1.05, k=8.0)
+    stats = r.sample_stats
+    assert set(stats) == {"diverging", "lp", "step_size", "temperature"}  # no Metropolis test
+    assert stats["lp"].shape == (8, 600) and np.isfinite(stats["lp"]).all()
+    assert not stats["diverging"].any()
+    idata = r.idata
+    assert "minibatch" in idata.sample_stats.attrs["lp_estimate"]
+    assert "acceptance_rate" not in idata.sample_stats
+
+
+def test_schedule_temperature_and_thinning_statistics():
+    target = gaussian_target(MEAN, COV)
+    kernel = SGLD(potential=target, step_size=0.1, schedule="cyclical", cycle_length=6, thin=3,
+                  inverse_temperature=1.0, annealing=1.5, num_chains=2)
+    mcmc = MCMC(kernel, num_samples=4, warmup_steps=2, disable_progbar=True)
+    mcmc.run()
+    stats = kernel.diagnostics()["sample_stats"]
+    # warm-up: iterations 1, 2; then draws end at iterations 5, 8, 11, 14
+    iterations = np.array([5, 8, 11, 14])
+    np.testing.assert_allclose(stats["step_size"][:, 0], [kernel.schedule(k) for k in iterations])
+    np.testing.assert_allclose(stats["temperature"][:, 0], 1.5 ** -(iterations - 1.0), rtol=1e-6)
+    assert kernel._k == 14
+    assert "acceptance rate" not in kernel.diagnostics()
+
+
+class NaNBeyondOne(FlatPotential):
+    """Standard normal for x < 1, NaN beyond."""
+
+    def __init__(self):
+        from torch.distributions.transforms import identity_transform
+
+        self.names, self.shapes, self.transforms = ["x"], {"x": ()}, {"x": identity_transform}
+        self._layout()
+
+    def __call__(self, theta):
+        x = theta[..., 0]
+        return torch.where(x < 1.0, 0.5 * x**2, torch.full_like(x, math.nan))
+
+
+@pytest.mark.parametrize("kernel_cls", [SGLD, SGHMC], ids=["sgld", "sghmc"])
+def test_nan_gradient_is_a_rejected_counted_divergence(kernel_cls):
+    pyro.set_rng_seed(0)
+    kernel = kernel_cls(potential=NaNBeyondOne(), step_size=0.3, num_chains=8)
+    kernel.initial_params = {"x": torch.zeros(8)}
+    mcmc = MCMC(kernel, num_samples=200, warmup_steps=0, disable_progbar=True)
+    mcmc.run()
+    x = mcmc.get_samples()["x"]
+    diag = kernel.diagnostics()
+    assert torch.isfinite(x).all()
+    assert len(diag["divergences"]) > 0
+    assert np.isfinite(diag["sample_stats"]["lp"]).all()
+
+
+# ------------------------------------------------------------ bad options
+@pytest.mark.parametrize("options, message", [
+    ({"step_size": 0.0}, "step_size must be a positive number"),
+    ({"step_size": -1e-3}, "step_size must be a positive number"),
+    ({"schedule": "linear"}, "schedule 'linear'"),
+    ({"schedule": "cyclical"}, "needs cycle_length"),
+    ({"thin": 0}, "thin must be an integer"),
+    ({"batch_size": 0}, "batch_size must be an integer"),
+    ({"inverse_temperature": 0.0}, "inverse_temperature must be a positive number"),
+], ids=lambda v: str(v) if isinstance(v, dict) else "")
+def test_bad_options(options, message):
+    with pytest.raises(ValueError, match=message):
+        SGLD(potential=gaussian_target(MEAN, COV), **options)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"friction": 0.0}, "friction must be in"),
+    ({"friction": 1.5}, "friction must be in"),
+    ({"friction": 0.1, "noise_estimate": 0.1}, "noise_estimate must be in"),
+    ({"noise_estimate": "exact"}, "noise_estimate 'exact'"),
+])
+def test_bad_sghmc_options(options, message):
+    with pytest.raises(ValueError, match=message):
+        SGHMC(potential=gaussian_target(MEAN, COV), **options)
+
+
+def test_batch_larger_than_the_data_is_refused():
+    with pytest.raises(ValueError, match="batch_size=41 is larger than the 40 training rows"):
+        run(PROBLEM.spec, (PROBLEM.x, PROBLEM.y), engine="sgld", num_samples=5, warmup_steps=0, batch_size=41)
+
+
+def test_minibatches_need_data():
+    kernel = SGLD(potential=gaussian_target(MEAN, COV), batch_size=10)
+    with pytest.raises(ValueError, match="minibatches need a BNN model"):
+        MCMC(kernel, num_samples=2, warmup_steps=0, disable_progbar=True).run()
