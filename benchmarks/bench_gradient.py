@@ -84,7 +84,9 @@ def measure(name, spec, data, widths, activation, likelihood, min_time):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter timing windows")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
     min_time = 0.3 if args.quick else 1.5
     rows = []
     for name, (spec, data, widths, act, lik) in problems().items():

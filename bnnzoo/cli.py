@@ -146,6 +146,9 @@ def cmd_inspect(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bnnzoo", description="Bayesian neural networks: models, engines, diagnostics.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: the small networks here run fastest on one, "
+                             "and more threads thrash on a busy machine)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="compare NUTS, HMC, RWMH and SVI on the cosine MLP and write a report")
@@ -172,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
     warnings.filterwarnings("ignore", message="num_chains=.*available_cpu")
     warnings.filterwarnings("ignore", category=FutureWarning)
     try:
