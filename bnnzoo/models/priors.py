@@ -78,6 +78,11 @@ class Prior:
         that must equal ``distribution`` term by term."""
         raise NotImplementedError
 
+    def log_density_grad(self, w: torch.Tensor) -> torch.Tensor:
+        """Elementwise ``d log_density(w) / dw`` (only for ``elementwise`` priors),
+        equal to what autograd gives for :meth:`log_density` (at a kink, its subgradient)."""
+        raise NotImplementedError
+
     def distribution(self, shape: tuple[int, ...]) -> dist.Distribution:
         """The distribution of a whole weight tensor, one event of ``shape``."""
         raise NotImplementedError
@@ -114,6 +119,9 @@ class Gaussian(Prior):
     def log_density(self, w):
         return _gaussian_log_density(w, self.scale)
 
+    def log_density_grad(self, w):
+        return w * (-1.0 / self.scale ** 2)
+
 
 @dataclass(frozen=True)
 class Laplace(Prior):
@@ -132,6 +140,9 @@ class Laplace(Prior):
 
     def log_density(self, w):
         return _laplace_log_density(w, self.scale)
+
+    def log_density_grad(self, w):
+        return torch.sign(w) * (-1.0 / self.scale)  # sign(0) = 0, autograd's subgradient of |w|
 
     def split(self):
         return None, 1.0 / self.scale
@@ -157,6 +168,19 @@ def spike_slab_log_density(w, spike: str, spike_scale, slab_scale, inclusion_pro
     spike_lp = (_laplace_log_density if spike == "laplace" else _gaussian_log_density)(w, spike_scale)
     return torch.logaddexp(_log(1 - inclusion_prob) + spike_lp,
                            _log(inclusion_prob) + _gaussian_log_density(w, slab_scale))
+
+
+def spike_slab_log_density_grad(w, spike: str, spike_scale, slab_scale, inclusion_prob) -> torch.Tensor:
+    r"""Elementwise derivative of :func:`spike_slab_log_density`: the components'
+    gradients weighted by their responsibilities, :math:`(1-r)\,\partial\log\text{spike}
+    + r\,\partial\log N(w; 0, s_1^2)` with :math:`r = P(\text{slab} \mid w)`."""
+    if spike == "laplace":
+        spike_lp, spike_grad = _laplace_log_density(w, spike_scale), torch.sign(w) * (-1.0 / spike_scale)
+    else:
+        spike_lp, spike_grad = _gaussian_log_density(w, spike_scale), w * (-1.0 / spike_scale ** 2)
+    slab = torch.sigmoid(_log(inclusion_prob) + _gaussian_log_density(w, slab_scale)
+                         - _log(1 - inclusion_prob) - spike_lp)
+    return torch.lerp(spike_grad, w * (-1.0 / slab_scale ** 2), slab)
 
 
 class SpikeSlabMixture(TorchDistribution):
@@ -258,6 +282,9 @@ class SpikeAndSlab(Prior):
 
     def log_density(self, w):
         return spike_slab_log_density(w, self.spike, self.spike_scale, self.slab_scale, self.inclusion_prob)
+
+    def log_density_grad(self, w):
+        return spike_slab_log_density_grad(w, self.spike, self.spike_scale, self.slab_scale, self.inclusion_prob)
 
 
 GROUPINGS = ("auto", "input", "output", "kernel")
