@@ -69,20 +69,9 @@ def cmd_demo(args) -> int:
 def read_run_file(path: str | Path) -> dict:
     """Read a run file: ``[model]`` (a spec), ``[data]``, ``[[engines]]`` and an optional ``[run]``
     table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``."""
-    from .models.spec import BNNSpec
+    from .models.spec import BNNSpec, read_toml
 
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"run file not found: {path}")
-    with path.open("rb") as fh:
-        try:
-            doc = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path}: not valid TOML: {e}") from None
+    doc = read_toml(path, "run file")
     unknown = sorted(set(doc) - {"model", "data", "engines", "run"})
     if unknown:
         raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected model, data, engines, run")

@@ -288,16 +288,21 @@ class BNNSpec:
         return cls(**dict(d))
 
 
-def load_spec(path: str | Path) -> BNNSpec:
-    """Read the ``[model]`` table of a TOML file (or the whole file if it has none)."""
+def read_toml(path: str | Path, what: str = "spec file") -> dict:
+    """A TOML file as a dict; a missing file or bad TOML is a one-line error naming the path."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"spec file not found: {path}")
+        raise FileNotFoundError(f"{what} not found: {path}")
     with path.open("rb") as fh:
         try:
-            doc = tomllib.load(fh)
+            return tomllib.load(fh)
         except tomllib.TOMLDecodeError as e:
             raise SpecError(str(path), f"not valid TOML: {e}") from None
+
+
+def load_spec(path: str | Path) -> BNNSpec:
+    """Read the ``[model]`` table of a TOML file (or the whole file if it has none)."""
+    doc = read_toml(path)
     return BNNSpec.from_dict(doc.get("model", doc))
 
 
