@@ -11,11 +11,12 @@ import sys
 import warnings
 from pathlib import Path
 
-DEMO_TITLE = "bnnzoo demo: one network, four engines"
+DEMO_TITLE = "bnnzoo demo: one network, five engines"
 DEMO_DESCRIPTION = """\
 A 1-20-1 tanh network with a Laplace(1) prior on every weight and bias, Gaussian
 noise 0.1, on the `cosine` data (100 points, x ~ U(0, 4), y = cos x + N(0, 0.1^2)).
-Each engine runs 2 chains; the runs are short, so read the diagnostics, not only the errors."""
+NUTS, HMC, RWMH and SVI run 2 chains each; ChEES-HMC runs 16 chains as one batch
+(25 draws each). The runs are short, so read the diagnostics, not only the errors."""
 
 
 def demo_plan(quick: bool = False) -> dict:
@@ -29,6 +30,8 @@ def demo_plan(quick: bool = False) -> dict:
         {"kind": "hmc", "num_samples": n, "warmup_steps": n, "num_steps": 5 if quick else 15},
         {"kind": "rwmh", "num_samples": 10 * n, "warmup_steps": 10 * n, "scale": 0.02},
         {"kind": "svi", "num_samples": n, "num_steps": 100 if quick else 3000, "lr": 0.01},
+        {"kind": "chees", "num_chains": 4 if quick else 16, "num_samples": n // 8 if quick else 25,
+         "warmup_steps": n if quick else 300},
     ]
     return {"spec": spec, "data": {"name": "cosine"}, "engines": engines, "num_chains": 2, "seed": 0}
 
@@ -140,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "and more threads thrash on a busy machine)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("demo", help="compare NUTS, HMC, RWMH and SVI on the cosine MLP and write a report")
+    p = sub.add_parser("demo", help="compare NUTS, HMC, RWMH, SVI and ChEES-HMC on the cosine MLP and write a report")
     p.add_argument("--out", default="out")
     p.add_argument("--quick", action="store_true", help="a tiny smoke run (seconds)")
     p.add_argument("--no-progress", action="store_true")

@@ -46,7 +46,8 @@ def demo_out(tmp_path_factory):
 def test_demo_writes_report_runs_and_table(demo_out):
     report = (demo_out / "report.md").read_text()
     table = pd.read_csv(demo_out / "comparison.csv")
-    assert list(table["engine"]) == ["nuts", "hmc", "rwmh", "svi"]
+    assert list(table["engine"]) == ["nuts", "hmc", "rwmh", "svi", "chees"]
+    assert list(table["chains"]) == [2, 2, 2, 2, 4]
     for engine in table["engine"]:
         assert (demo_out / f"{engine}.nc").exists()
         assert f"## {engine}" in report
