@@ -169,3 +169,17 @@ def assert_gaussian(draws: np.ndarray, mean: np.ndarray, cov: np.ndarray, min_es
     pairs = [(z[..., i] + z[..., j]) / np.sqrt(2) for i in range(d) for j in range(i + 1, d)]
     both = np.concatenate([z, np.stack(pairs, -1)], -1) if pairs else z
     assert_moments(both, np.zeros(both.shape[-1]), np.ones(both.shape[-1]), min_ess=min_ess, k=k)
+
+
+def run_kernel(kernel_cls, potential, num_chains, num_samples, warmup_steps, seed=0, **options):
+    """Run a flat kernel under ``pyro.infer.MCMC`` (vectorized chains); returns it and its draws."""
+    import pyro
+    from pyro.infer import MCMC
+
+    from bnnzoo.draws import split_mcmc
+
+    pyro.set_rng_seed(seed)
+    kernel = kernel_cls(potential=potential, num_chains=num_chains, **options)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, disable_progbar=True)
+    mcmc.run()
+    return kernel, split_mcmc(mcmc)

@@ -14,7 +14,7 @@ from bnnzoo.inference import ChEESHMC, FlatPotential, run, split_mcmc
 from bnnzoo.inference.chees import _available_memory, halton, mass_windows
 from bnnzoo.inference.integrators import kinetic_energy, leapfrog
 from bnnzoo.models import BNN
-from targets import assert_moments, linear_regression, regression_draws
+from targets import assert_moments, linear_regression, regression_draws, run_kernel
 
 PROBLEM = linear_regression()
 
@@ -56,11 +56,7 @@ def ill_scaled_gaussian():
 
 
 def sample(potential, num_chains, num_samples, warmup_steps, seed=0, **options):
-    pyro.set_rng_seed(seed)
-    kernel = ChEESHMC(potential=potential, num_chains=num_chains, **options)
-    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, disable_progbar=True)
-    mcmc.run()
-    return kernel, split_mcmc(mcmc)
+    return run_kernel(ChEESHMC, potential, num_chains, num_samples, warmup_steps, seed, **options)
 
 
 # ------------------------------------------------------------- integrator

@@ -34,20 +34,7 @@ from bnnzoo.models import (
     SpikeAndSlab,
 )
 
-PRIORS = {
-    "gaussian": Gaussian(0.8),
-    "laplace": Laplace(0.5),
-    "spike_and_slab": SpikeAndSlab(v0=0.05, v1=4.0, inclusion_prob=0.3),
-    "spike_and_slab_gaussian": SpikeAndSlab(spike="gaussian"),
-    "group_spike_and_slab": GroupSpikeAndSlab(slab_scale=1.0, spike_scale=0.1),
-    "horseshoe": Horseshoe(0.5),
-}
-LIKELIHOODS = {
-    "gaussian": (GaussianLikelihood(0.3), 1),
-    "gaussian_learned": (GaussianLikelihood("learned", (2.0, 0.5)), 1),
-    "bernoulli": (Bernoulli(), 1),
-    "categorical": (Categorical(), 3),
-}
+from cases import LIKELIHOODS, PRIORS  # noqa: E402
 
 
 @pytest.fixture

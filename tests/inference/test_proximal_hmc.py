@@ -26,7 +26,7 @@ from bnnzoo.inference.proximal import (
 )
 from bnnzoo.inference.proximal_hmc import acceptance_statistic, relative_hamiltonian_error
 from bnnzoo.models import BNN, BNNSpec, Dense, Gaussian, GaussianLikelihood, Laplace, SpikeAndSlab
-from targets import assert_moments, assert_moments_agree, bayesian_lasso_gibbs, regression_draws
+from targets import assert_moments, assert_moments_agree, bayesian_lasso_gibbs, regression_draws, run_kernel
 
 FORCES = ("moreau", "prox-gradient", "ns-hmc")
 
@@ -57,11 +57,7 @@ class LaplaceTarget(FlatPotential):
 
 
 def sample(potential, num_chains, num_samples, warmup_steps, seed=0, **options):
-    pyro.set_rng_seed(seed)
-    kernel = ProximalHMC(potential=potential, num_chains=num_chains, **options)
-    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, disable_progbar=True)
-    mcmc.run()
-    return kernel, split_mcmc(mcmc)
+    return run_kernel(ProximalHMC, potential, num_chains, num_samples, warmup_steps, seed, **options)
 
 
 # -------------------------------------------------------- pure functions
