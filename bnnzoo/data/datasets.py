@@ -270,6 +270,76 @@ def linear_p1000(
 
 
 # ----------------------------------------------------------------------------
+# group-sparse synthetic problems (paper 004)
+
+
+def _equicorrelated(rng: np.random.Generator, n: int, p: int) -> np.ndarray:
+    """Rows with ``x_j = (z_0 + z_j) / sqrt(2)``, ``z`` iid N(0, 1): unit variances and
+    correlation 0.5 between every pair of inputs."""
+    z = rng.standard_normal((n, p + 1))
+    return (z[:, :1] + z[:, 1:]) / math.sqrt(2.0)
+
+
+def _tanh_target(x: np.ndarray) -> np.ndarray:
+    """``tanh(2 tanh(2 x1 - x2)) + 2 tanh(tanh(x3 - 2 x4)) - tanh(2 x5)`` (1-based inputs)."""
+    return (np.tanh(2 * np.tanh(2 * x[:, 0] - x[:, 1])) + 2 * np.tanh(np.tanh(x[:, 2] - 2 * x[:, 3]))
+            - np.tanh(2 * x[:, 4]))
+
+
+def _class_score(x: np.ndarray) -> np.ndarray:
+    """``exp(x1) + x2^2 + 5 sin(x3 x4) - 3``; the label is ``score > 0`` (1-based inputs)."""
+    return np.exp(x[:, 0]) + x[:, 1] ** 2 + 5 * np.sin(x[:, 2] * x[:, 3]) - 3
+
+
+def _group_sparse(name: str, seed: int, n_train: int, n_test: int, p: int, noise: float | None) -> Dataset:
+    """The two problems of :func:`group_sparse_regression` / :func:`group_sparse_classification`."""
+    n_train = _positive_int(name, "n_train", n_train)
+    n_test = _positive_int(name, "n_test", n_test)
+    p = _positive_int(name, "p", p)
+    support = [0, 1, 2, 3, 4] if noise is not None else [0, 1, 2, 3]
+    if p < len(support):
+        raise ValueError(f"dataset {name!r}: p must be >= {len(support)} (the relevant inputs); got {p}")
+    if noise is not None:
+        noise = _real(name, "noise", noise, 0.0, math.inf, "left")
+
+    def draw(rng: np.random.Generator, n: int) -> tuple[Tensor, Tensor]:
+        x = _equicorrelated(rng, n, p)
+        if noise is None:
+            return _as_float(x), torch.as_tensor(_class_score(x) > 0, dtype=torch.int64)
+        return _as_float(x), _as_float(_tanh_target(x) + noise * rng.standard_normal(n))
+
+    train_rng, test_rng = _streams(seed)
+    x_train, y_train = draw(train_rng, n_train)
+    x_test, y_test = draw(test_rng, n_test)
+    meta = {"support": support, "correlation": 0.5, "seed": seed}
+    if noise is None:
+        return Dataset(name, "classification", x_train, y_train, x_test, y_test, 2, meta)
+    return Dataset(name, "regression", x_train, y_train, x_test, y_test, None, {**meta, "noise": noise})
+
+
+@register("group_sparse_regression")
+def group_sparse_regression(seed: int = 0, n_train: int = 10240, n_test: int = 1024, p: int = 1000,
+                            noise: float = 1.0) -> Dataset:
+    """Paper 004's sparse nonlinear regression: ``p`` inputs of which the first 5 matter,
+
+    ``y = tanh(2 tanh(2 x1 - x2)) + 2 tanh(tanh(x3 - 2 x4)) - tanh(2 x5) + N(0, noise^2)``,
+
+    with correlated inputs ``x_j = (z_0 + z_j)/sqrt(2)`` (``z`` iid N(0, 1): correlation
+    0.5 between every pair). ``meta["support"]`` holds the relevant inputs (0-based).
+    """
+    return _group_sparse("group_sparse_regression", seed, n_train, n_test, p, noise)
+
+
+@register("group_sparse_classification")
+def group_sparse_classification(seed: int = 0, n_train: int = 10240, n_test: int = 1024,
+                                p: int = 1000) -> Dataset:
+    """Paper 004's sparse binary classification: the inputs of :func:`group_sparse_regression`
+    and the label ``1[exp(x1) + x2^2 + 5 sin(x3 x4) - 3 > 0]`` (the first 4 inputs matter;
+    ``meta["support"]``, 0-based)."""
+    return _group_sparse("group_sparse_classification", seed, n_train, n_test, p, None)
+
+
+# ----------------------------------------------------------------------------
 # scikit-learn digits
 
 

@@ -51,6 +51,14 @@ def adabound_bounds(final_lr: float, gamma: float, step: int) -> tuple[float, fl
     return final_lr * (1.0 - 1.0 / (gamma * step + 1.0)), final_lr * (1.0 + 1.0 / (gamma * step))
 
 
+def closure_loss(closure) -> Tensor | None:
+    """The loss of an optimizer's ``step(closure)``: ``closure()`` with gradients on, or None."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
+
+
 def _check(name: str, value, low: float = 0.0, high: float = math.inf, low_open: bool = False,
            high_open: bool = True) -> None:
     bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
@@ -97,10 +105,7 @@ class AdaBound(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         """One update of every parameter with a gradient."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             final_lr = group["final_lr"] * group["lr"] / group["base_lr"]

@@ -159,6 +159,20 @@ def minibatch_rows(num_data: int, batch_size: int, num_chains: int, shared: bool
     return torch.rand(num_chains, num_data).topk(batch_size, dim=-1).indices
 
 
+def finite_chains(state: Tensor | tuple[Tensor, ...]) -> Tensor:
+    """``[C]``: True where a chain's ``[C, D]`` state (or every tensor of a tuple of them) is finite."""
+    if isinstance(state, tuple):
+        return torch.stack([finite_chains(s) for s in state]).all(0)
+    return torch.isfinite(state).all(-1)
+
+
+def keep_chains(ok: Tensor, new: Tensor | tuple[Tensor, ...], old: Tensor | tuple[Tensor, ...]):
+    """Per chain: ``new`` where ``ok`` ``[C]``, else ``old`` (a ``[C, D]`` tensor or a tuple of them)."""
+    if isinstance(new, tuple):
+        return tuple(keep_chains(ok, n, o) for n, o in zip(new, old))
+    return torch.where(ok.unsqueeze(-1), new, old)
+
+
 def _check_int(name: str, value, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -275,7 +289,8 @@ class SGMCMCKernel(FlatKernel):
 
     def step(self, theta: Tensor, aux: Tensor | None, grad: Tensor, step_size: float,
              inverse_temperature: float) -> tuple[Tensor, Tensor | None]:
-        """The update rule: ``(theta, aux) -> (theta', aux')`` (aux: e.g. a momentum)."""
+        """The update rule: ``(theta, aux) -> (theta', aux')`` (aux: e.g. a momentum; a ``[C, D]``
+        tensor or a tuple of them, kept per chain when a step is not finite)."""
         raise NotImplementedError
 
     def initial_aux(self, theta: Tensor, step_size: float, inverse_temperature: float) -> Tensor | None:
@@ -302,17 +317,21 @@ class SGMCMCKernel(FlatKernel):
         if self._aux is None:
             self._aux = self.initial_aux(theta, step_size, tau)
         theta_new, aux_new = self.step(theta, self._aux, grad, step_size, tau)
-        ok = ok & torch.isfinite(theta_new).all(-1)
+        ok = ok & finite_chains(theta_new)
         if aux_new is not None:
-            ok = ok & torch.isfinite(aux_new).all(-1)
-            self._aux = torch.where(ok.unsqueeze(-1), aux_new, self._aux)
+            ok = ok & finite_chains(aux_new)
+            self._aux = keep_chains(ok, aux_new, self._aux)
         theta_new = torch.where(ok.unsqueeze(-1), theta_new, theta)
         self._step_size, self._tau = step_size, tau
         return self.after_step(theta_new), value, ~ok
 
+    def iterations_per_draw(self) -> int:
+        """SG-MCMC iterations of the coming draw: 1 in warm-up, ``thin`` after it."""
+        return 1 if self.in_warmup else self.thin
+
     def transition(self, theta: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         diverging = torch.zeros(self.num_chains, dtype=torch.bool)
-        iterations = 1 if self.in_warmup else self.thin
+        iterations = self.iterations_per_draw()
         for i in range(iterations):
             self._last_iteration = i == iterations - 1  # a force may skip work for lp before that
             theta, value, bad = self.iterate(theta)

@@ -12,7 +12,7 @@ import torch
 
 from bnnzoo.data import DATASETS, Dataset, check_data, load
 
-BUILTIN = ["cosine", "linear_p1000", "digits"]
+BUILTIN = ["cosine", "linear_p1000", "digits", "group_sparse_regression", "group_sparse_classification"]
 
 
 # ----------------------------------------------------------------------------
@@ -20,11 +20,13 @@ BUILTIN = ["cosine", "linear_p1000", "digits"]
 
 
 def test_registry_names():
-    assert sorted(DATASETS) == ["cosine", "csv", "digits", "linear_p1000"]
+    assert sorted(DATASETS) == ["cosine", "csv", "digits", "group_sparse_classification", "group_sparse_regression",
+                               "linear_p1000"]
 
 
 def test_unknown_name_lists_valid_names():
-    msg = "dataset 'cosin': unknown name; choose one of cosine, csv, digits, linear_p1000"
+    msg = ("dataset 'cosin': unknown name; choose one of cosine, csv, digits, group_sparse_classification, "
+           "group_sparse_regression, linear_p1000")
     with pytest.raises(ValueError, match=re.escape(msg)):
         load("cosin")
 
@@ -51,6 +53,8 @@ def test_bad_seed(seed):
         ("digits", {"n_train": 5000}, r"n_train=5000 exceeds the 1437 training images"),
         ("digits", {"classes": (3, 3)}, r"classes must be >= 2 distinct digits"),
         ("digits", {"classes": (1, 10)}, r"got \(1, 10\)"),
+        ("group_sparse_regression", {"p": 4}, r"p must be >= 5"),
+        ("group_sparse_classification", {"n_test": 0}, r"n_test must be a positive integer"),
     ],
 )
 def test_bad_option_values(name, kw, match):
@@ -68,6 +72,8 @@ def test_bad_option_values(name, kw, match):
         ("cosine", "regression", 100, 100, 1, None),
         ("linear_p1000", "regression", 100, 50, 1000, None),
         ("digits", "classification", 1437, 360, 64, 10),
+        ("group_sparse_regression", "regression", 10240, 1024, 1000, None),
+        ("group_sparse_classification", "classification", 10240, 1024, 1000, 2),
     ],
 )
 def test_shapes_and_dtypes(name, task, n_train, n_test, d, num_classes):
@@ -165,6 +171,30 @@ def test_linear_p1000_covariance_and_noise():
     beta = torch.as_tensor(data.meta["beta"], dtype=torch.float64)
     resid = data.y_train.double() - data.x_train.double() @ beta
     assert abs(float(resid.var()) - noise_var) < 5 * noise_var * math.sqrt(2 / n)
+
+
+# ----------------------------------------------------------------------------
+# group-sparse problems (paper 004)
+
+
+def test_group_sparse_inputs_targets_and_labels():
+    n = 20000
+    data = load("group_sparse_regression", seed=2, n_train=n, n_test=5, p=8, noise=1.0)
+    x = data.x_train.double().numpy()
+    corr = np.corrcoef(x, rowvar=False)
+    off = corr[~np.eye(8, dtype=bool)]
+    assert np.all(np.abs(off - 0.5) < 5 * 0.75 / math.sqrt(n))  # every pair correlated 0.5
+    assert np.all(np.abs(x.var(0) - 1.0) < 5 * math.sqrt(2 / n))
+    f = (np.tanh(2 * np.tanh(2 * x[:, 0] - x[:, 1])) + 2 * np.tanh(np.tanh(x[:, 2] - 2 * x[:, 3]))
+         - np.tanh(2 * x[:, 4]))
+    resid = data.y_train.double().numpy() - f
+    assert abs(resid.var() - 1.0) < 5 * math.sqrt(2 / n) and abs(resid.mean()) < 5 / math.sqrt(n)
+    assert data.meta["support"] == [0, 1, 2, 3, 4]
+    cls = load("group_sparse_classification", seed=2, n_train=2000, n_test=5, p=8)
+    xc = cls.x_train.double().numpy()
+    label = np.exp(xc[:, 0]) + xc[:, 1] ** 2 + 5 * np.sin(xc[:, 2] * xc[:, 3]) - 3 > 0
+    assert np.array_equal(cls.y_train.numpy(), label.astype(np.int64))
+    assert 0.3 < label.mean() < 0.7 and cls.meta["support"] == [0, 1, 2, 3]
 
 
 # ----------------------------------------------------------------------------
