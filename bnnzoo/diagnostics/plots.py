@@ -1,4 +1,5 @@
-"""Figures of a run: trace, rank, energy, acceptance and step size, predictive band.
+"""Figures of a run: trace, rank, energy, acceptance and step size, predictive band; and of
+the acceptance experiments of :mod:`bnnzoo.diagnostics.acceptance`.
 
 Every function returns the ``matplotlib`` Figure and, given ``path``, saves it
 there. Without a display (no ``MPLBACKEND`` set, pyplot not yet imported) the
@@ -199,6 +200,105 @@ def plot_predictive_band(run, x_grid=None, *, prob: float = 0.9, num_points: int
     ax.set_ylabel("y")
     ax.set_title(f"{getattr(run, 'engine', '')}: posterior predictive")
     ax.legend(fontsize="small")
+    fig.tight_layout()
+    _save(fig, path)
+    return fig
+
+
+# ------------------------------------------------- acceptance experiments
+def _groups(table, by: str | None):
+    """``(label, rows)`` per value of column ``by`` (one unnamed group when None)."""
+    if by is None:
+        return [("", table)]
+    if by not in table:
+        raise ValueError(f"by={by!r}: no such column; columns: {', '.join(map(str, table.columns))}")
+    return [(str(label), rows) for label, rows in table.groupby(by, sort=False)]
+
+
+def plot_acceptance_sweep(table, by: str | None = None, path=None):
+    """Acceptance (± one standard error) against the number of leapfrog steps, one
+    line per step size, one panel per value of column ``by`` (e.g. ``"activation"``):
+    paper 003's Fig. 1, from :func:`~bnnzoo.diagnostics.acceptance.acceptance_sweep`."""
+    groups = _groups(table, by)
+    fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.4), sharey=True, squeeze=False)
+    for ax, (label, rows) in zip(axes[0], groups):
+        for i, (step_size, cell) in enumerate(rows.groupby("step_size")):
+            cell = cell.sort_values("num_steps")
+            ax.errorbar(cell["num_steps"], cell["acceptance"], yerr=cell["acceptance_se"].fillna(0), marker="o",
+                        ms=3, capsize=2, color=f"C{i}", label=f"step {step_size:g}")
+        ax.set_title(label)
+        ax.set_xlabel("leapfrog steps L")
+        ax.set_ylim(-0.02, 1.02)
+    axes[0, 0].set_ylabel("mean acceptance")
+    axes[0, -1].legend(fontsize="small")
+    fig.tight_layout()
+    _save(fig, path)
+    return fig
+
+
+def plot_efficiency(curves, theory: bool = True, path=None):
+    """Efficiency (accepted proposals per leapfrog step, ± one standard error) against
+    acceptance, one line per curve, the empirical optimum dashed (paper 003,
+    Fig. 2); with ``theory``, a second panel of the theoretical curves (scaled to
+    peak 1) for smooth and piecewise-affine targets.
+
+    ``curves``: one :class:`~bnnzoo.diagnostics.acceptance.EfficiencyCurve` or a
+    mapping label -> curve.
+    """
+    from .acceptance import theoretical_efficiency, theoretical_optimal_acceptance
+
+    if not isinstance(curves, dict):
+        curves = {"": curves}
+    fig, axes = plt.subplots(1, 2 if theory else 1, figsize=(10 if theory else 5.5, 3.6), squeeze=False)
+    ax = axes[0, 0]
+    for i, (label, curve) in enumerate(curves.items()):
+        rows = curve.table.sort_values("acceptance")
+        ax.errorbar(rows["acceptance"], rows["efficiency"], yerr=rows["efficiency_se"].fillna(0), marker="o", ms=3,
+                    capsize=2, color=f"C{i}", label=f"{label} (optimum {curve.optimal_acceptance:.2f})".strip())
+        ax.axvline(curve.optimal_acceptance, color=f"C{i}", ls="--", lw=0.8)
+    travel = ", ".join(sorted({f"{c.travel_time:g}" for c in curves.values()}))
+    ax.set_title(f"travel time T = {travel}")
+    ax.set_xlabel("mean acceptance")
+    ax.set_ylabel("efficiency (acceptance / L)")
+    ax.set_xlim(-0.02, 1.02)
+    ax.legend(fontsize="small")
+    if theory:
+        ax = axes[0, 1]
+        a = np.linspace(0.005, 0.995, 199)
+        for smooth, name in ((True, "smooth (Beskos et al. 2013)"), (False, "piecewise affine (paper 003)")):
+            peak = theoretical_optimal_acceptance(smooth)
+            line, = ax.plot(a, theoretical_efficiency(a, smooth), label=f"{name}: optimum {peak:.3f}")
+            ax.axvline(peak, color=line.get_color(), ls="--", lw=0.8)
+        ax.set_title("theory (i.i.d. target, d large)")
+        ax.set_xlabel("acceptance")
+        ax.set_ylabel("efficiency / max")
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    _save(fig, path)
+    return fig
+
+
+def plot_acceptance_vs_size(table, by: str | None = None, path=None):
+    """Acceptance (± one standard error) against the number of parameters, one panel
+    for growing width and one for growing depth, one line per value of column
+    ``by`` (paper 003, Fig. 3), from :func:`~bnnzoo.diagnostics.acceptance.size_sweep`."""
+    architectures = [a for a in ("width", "depth") if (table["architecture"] == a).any()]
+    if not architectures:
+        raise ValueError("plot_acceptance_vs_size: the table has no 'width' or 'depth' rows")
+    fig, axes = plt.subplots(1, len(architectures), figsize=(5 * len(architectures), 3.4), sharey=True,
+                             squeeze=False)
+    for ax, architecture in zip(axes[0], architectures):
+        for i, (label, rows) in enumerate(_groups(table[table["architecture"] == architecture], by)):
+            rows = rows.sort_values("num_params")
+            ax.errorbar(rows["num_params"], rows["acceptance"], yerr=rows["acceptance_se"].fillna(0), marker="o",
+                        ms=3, capsize=2, color=f"C{i}", label=label or None)
+        ax.set_xscale("log")
+        ax.set_xlabel("number of parameters")
+        ax.set_title(f"growing {architecture}")
+        ax.set_ylim(-0.02, 1.02)
+    axes[0, 0].set_ylabel("mean acceptance")
+    if by is not None:
+        axes[0, -1].legend(fontsize="small")
     fig.tight_layout()
     _save(fig, path)
     return fig

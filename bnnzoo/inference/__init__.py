@@ -10,14 +10,18 @@ from .potential import BNNPotential, FlatPotential, PyroPotential, make_potentia
 from .rwmh import RandomWalkMH
 from .adaptive import SGHMCSA, SGLDSA  # registers "sgld_sa", "sghmc_sa" (and, via sgmcmc, "sgld", "sghmc")
 from .sgmcmc import SGHMC, SGLD
+from .group_sparse import GroupSparseSGHMC, GroupSparseSGHMCOptimizer  # registers "sghmc_group_ss"
 from .proximal_hmc import ProximalHMC  # registers the "proximal_hmc" engine
+from .fixed_hmc import FixedStepHMC  # registers the "fixed_hmc" engine
+from .tuning import TargetAccept, recommend_target_accept
 from .optim import AdaBound, AMSBound, PyroAdaBound, PyroAMSBound
 from .vi import MeanFieldGuide, VIFit, VIOptions, fit_mean_field, kl_weights
 
 __all__ = [
-    "BNNPotential", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FlatKernel", "FlatPotential", "HMC",
+    "BNNPotential", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FixedStepHMC", "FlatKernel",
+    "FlatPotential", "HMC",
     "NUTS", "ProximalHMC", "PyroPotential", "RandomWalkMH", "Run", "engine", "make_potential", "run", "split_mcmc",
     "AdaBound", "AMSBound", "PyroAdaBound", "PyroAMSBound", "MeanFieldGuide", "VIFit", "VIOptions",
     "fit_mean_field", "kl_weights",
-    "SGHMC", "SGHMCSA", "SGLD", "SGLDSA",
+    "SGHMC", "SGHMCSA", "SGLD", "SGLDSA", "GroupSparseSGHMC", "GroupSparseSGHMCOptimizer",
 ]

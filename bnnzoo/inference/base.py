@@ -86,6 +86,12 @@ def check_positive_option(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
+def check_positive_int(name: str, value) -> None:
+    """Clear error for an option that must be an integer >= 1, before sampling starts."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
 def check_fraction_option(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
         raise ValueError(f"{name} must be strictly between 0 and 1, got {value!r}")

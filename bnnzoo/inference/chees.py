@@ -13,6 +13,7 @@ import torch
 from ..models.spec import Conv2d
 from .base import DualAveraging, FlatKernel, check_fraction_option, check_positive_option, metropolis_accept
 from .integrators import kinetic_energy, leapfrog, velocity
+from .tuning import resolve_target_accept
 
 __all__ = ["ChEESHMC", "check_memory", "halton", "harmonic_mean_acceptance", "mass_windows"]
 
@@ -178,8 +179,10 @@ class ChEESHMC(FlatKernel):
 
     * the step size :math:`\epsilon` (shared): dual averaging toward
       ``target_accept`` of the *harmonic mean* acceptance of the chains. The
-      default 0.651 is the optimal acceptance of HMC as D grows (Beskos et al.
-      2013), the value of the paper; the harmonic mean, dominated by the worst
+      default follows the model (:func:`~bnnzoo.inference.tuning.recommend_target_accept`):
+      0.651, the optimal acceptance of HMC as D grows (Beskos et al. 2013) and
+      the value of the paper, or 0.45 for a ReLU-family network, whose leapfrog
+      error is first order (paper 003); the harmonic mean, dominated by the worst
       chains, already makes it conservative (0.8 on an arithmetic mean is the
       NUTS habit for a different statistic). Where the stiffest chain meets
       leapfrog's stability limit the acceptance jumps from ~1 to 0, and the
@@ -215,8 +218,9 @@ class ChEESHMC(FlatKernel):
     step_size : float
         Initial leapfrog step size (refined by a doubling/halving search
         before warm-up when ``adapt_step_size``).
-    target_accept : float
-        Target harmonic-mean acceptance of dual averaging.
+    target_accept : float, optional
+        Target harmonic-mean acceptance of dual averaging; None: recommended
+        for the model (0.651 smooth, 0.45 piecewise linear).
     trajectory_length : float, optional
         Initial :math:`T` (fixed if ``adapt_trajectory=False``); default 10
         times the first step size (after the initial step-size search).
@@ -252,12 +256,13 @@ class ChEESHMC(FlatKernel):
     stat_names = ("acceptance_rate", "diverging", "energy", "energy_error", "step_size", "n_steps", "lp",
                   "trajectory_length")
 
-    def __init__(self, model=None, potential=None, step_size: float = 0.1, target_accept: float = 0.651,
+    def __init__(self, model=None, potential=None, step_size: float = 0.1, target_accept: float | None = None,
                  trajectory_length: float | None = None, adapt_step_size: bool = True,
                  adapt_mass_matrix: bool = True, adapt_trajectory: bool = True, max_leapfrog_steps: int = 1000,
                  jitter: str = "halton", num_chains: int = 16, init_radius: float = 1.0):
         check_positive_option("step_size", step_size)
-        check_fraction_option("target_accept", target_accept)
+        if target_accept is not None:
+            check_fraction_option("target_accept", target_accept)
         if trajectory_length is not None:
             check_positive_option("trajectory_length", trajectory_length)
         if isinstance(max_leapfrog_steps, bool) or not isinstance(max_leapfrog_steps, int) or max_leapfrog_steps < 1:
@@ -269,7 +274,8 @@ class ChEESHMC(FlatKernel):
             raise ValueError(f"num_chains must be >= 2 for ChEES trajectory adaptation (a cross-chain "
                              f"estimate), got {num_chains!r}; or pass adapt_trajectory=False")
         self.initial_step_size = float(step_size)
-        self.target_accept = float(target_accept)
+        self.target_accept = float(resolve_target_accept(
+            target_accept, model if model is not None else potential, "chees"))
         self.initial_trajectory_length = None if trajectory_length is None else float(trajectory_length)
         self.adapt_step_size = bool(adapt_step_size)
         self.adapt_mass_matrix = bool(adapt_mass_matrix)

@@ -26,6 +26,7 @@ from ..draws import Draws, split_mcmc
 from .hmc import HMC, NUTS
 from .potential import BNNPotential, FlatPotential, initial_theta, make_potential
 from .rwmh import RandomWalkMH
+from .tuning import recommend_target_accept, resolve_target_accept
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,18 @@ def _resolve_data(data, model: BNN, seed: int) -> Dataset:
     return data
 
 
+def _recommended_options(spec: Engine, model: BNN, options: dict) -> tuple[dict, dict]:
+    """Fill a ``target_accept`` whose default is None ("recommended for this model")
+    with :func:`~bnnzoo.inference.tuning.recommend_target_accept`, so that the run
+    records the value used; the reason goes to ``Run.extras["idata_attrs"]["target_accept_reason"]``
+    (an attribute of the run's InferenceData)."""
+    if "target_accept" not in spec.defaults() or spec.defaults()["target_accept"] is not None \
+            or options.get("target_accept") is not None:
+        return options, {}
+    recommended = recommend_target_accept(model, spec.name)
+    return {**options, "target_accept": recommended.value}, {"target_accept_reason": recommended.reason}
+
+
 def _check_counts(num_samples, warmup_steps, num_chains) -> None:
     for name, value, minimum in (("num_samples", num_samples, 1), ("warmup_steps", warmup_steps, 0),
                                  ("num_chains", num_chains, 1)):
@@ -194,12 +207,15 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     _check_counts(num_samples, warmup_steps, num_chains)
     model = _resolve_model(model_or_spec)
     data = _resolve_data(data, model, seed)
+    engine_options, tuning = _recommended_options(spec, model, engine_options)
     pyro.set_rng_seed(seed)
     start = time.perf_counter()
     draws = spec.fn(model=model, x=data.x_train, y=data.y_train, num_samples=num_samples,
                     warmup_steps=warmup_steps, num_chains=num_chains, progress=progress, **engine_options)
     wall = time.perf_counter() - start
     extras = dict(draws.extras)
+    if tuning:  # into the InferenceData's attrs too
+        extras["idata_attrs"] = {**tuning, **extras.get("idata_attrs", {})}
     counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
     if spec.kind == "mcmc":
         counts["warmup_steps"] = warmup_steps
@@ -238,11 +254,15 @@ def _pyro_hmc_kernel(cls, model: BNN, x, y, fast: bool, **options):
 
 @engine("nuts")
 def nuts(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 0.1,
-         target_accept: float = 0.8, max_tree_depth: int = 10, adapt_mass_matrix: bool = True,
+         target_accept: float | None = None, max_tree_depth: int = 10, adapt_mass_matrix: bool = True,
          full_mass: bool = False, fast: bool = True, init_radius: float = 1.0) -> Draws:
-    """Pyro's No-U-Turn sampler (on bnnzoo's fast potential unless fast=False)."""
+    """Pyro's No-U-Turn sampler (on bnnzoo's fast potential unless fast=False).
+
+    ``target_accept`` None: 0.8 (Pyro's default) for a smooth network, 0.715 for a
+    ReLU-family one (:func:`~bnnzoo.inference.tuning.recommend_target_accept`)."""
     kernel, potential = _pyro_hmc_kernel(
-        NUTS, model, x, y, fast, step_size=step_size, target_accept_prob=target_accept,
+        NUTS, model, x, y, fast, step_size=step_size,
+        target_accept_prob=resolve_target_accept(target_accept, model, "nuts"),
         max_tree_depth=max_tree_depth, adapt_mass_matrix=adapt_mass_matrix, full_mass=full_mass)
     return run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress,
                     init_radius=init_radius)
@@ -250,13 +270,15 @@ def nuts(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size
 
 @engine("hmc")
 def hmc(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 0.01,
-        num_steps: int = 20, trajectory_length: float | None = None, target_accept: float = 0.8,
+        num_steps: int = 20, trajectory_length: float | None = None, target_accept: float | None = None,
         adapt_step_size: bool = True, adapt_mass_matrix: bool = True, fast: bool = True,
         init_radius: float = 1.0) -> Draws:
-    """Pyro's Hamiltonian Monte Carlo with a fixed number of leapfrog steps."""
+    """Pyro's Hamiltonian Monte Carlo with a fixed number of leapfrog steps.
+
+    ``target_accept`` None: as for ``nuts`` (0.8 smooth, 0.715 ReLU-family)."""
     kernel, potential = _pyro_hmc_kernel(
         HMC, model, x, y, fast, step_size=step_size, num_steps=None if trajectory_length else num_steps,
-        trajectory_length=trajectory_length, target_accept_prob=target_accept,
+        trajectory_length=trajectory_length, target_accept_prob=resolve_target_accept(target_accept, model, "hmc"),
         adapt_step_size=adapt_step_size, adapt_mass_matrix=adapt_mass_matrix)
     return run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress,
                     init_radius=init_radius)
@@ -286,7 +308,7 @@ def _chain_method(chain_method: str) -> bool:
 
 @engine("chees")
 def chees(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 0.1,
-          target_accept: float = 0.651, trajectory_length: float | None = None, adapt_step_size: bool = True,
+          target_accept: float | None = None, trajectory_length: float | None = None, adapt_step_size: bool = True,
           adapt_mass_matrix: bool = True, adapt_trajectory: bool = True, max_leapfrog_steps: int = 1000,
           jitter: str = "halton", init_radius: float = 1.0) -> Draws:
     """ChEES-HMC: all chains as one batch, jittered trajectory length adapted across chains."""

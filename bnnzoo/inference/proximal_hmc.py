@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 from ..draws import Draws
-from .base import check_fraction_option, check_positive_option, metropolis_accept
+from .base import check_fraction_option, check_positive_int, check_positive_option, metropolis_accept
 from .chees import MAX_ENERGY_ERROR, ChEESHMC, harmonic_mean_acceptance
 from .engines import CHAIN_METHODS, _chain_method, engine, run_mcmc
 from .integrators import kinetic_energy, leapfrog
@@ -63,11 +63,6 @@ def acceptance_statistic(prob: Tensor, finite: Tensor) -> float:
     if not bool(finite.any()):
         return 0.0
     return float(finite.double().mean()) * harmonic_mean_acceptance(prob, ~finite)
-
-
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 class ProximalHMC(ChEESHMC):
@@ -129,10 +124,12 @@ class ProximalHMC(ChEESHMC):
         Moreau parameter :math:`\lambda` (in the mass-matrix metric, see above);
         None: half the step size; "tune": :meth:`tune_lam`.
     force : {"moreau", "ns-hmc", "prox-gradient"}
-    target_accept : float
-        Target of dual averaging, on :func:`acceptance_statistic` (0.65: the
-        optimal HMC acceptance for smooth targets, Beskos et al. 2013; the
-        arithmetic mean acceptance comes out higher).
+    target_accept : float, optional
+        Target of dual averaging, on :func:`acceptance_statistic` (the arithmetic
+        mean acceptance comes out higher). None: recommended for the model
+        (:func:`~bnnzoo.inference.tuning.recommend_target_accept`): 0.651, the
+        optimal HMC acceptance for smooth targets (Beskos et al. 2013), or 0.45
+        for a ReLU-family network (paper 003).
     adapt_step_size, adapt_mass_matrix : bool
     step_jitter : float
         Relative step-size jitter :math:`j \in [0, 1)` per chain and transition.
@@ -178,21 +175,22 @@ class ProximalHMC(ChEESHMC):
                   "sparsity")
 
     def __init__(self, model=None, potential=None, step_size: float = 0.01, num_steps: int = 20,
-                 lam: float | str | None = None, force: str = "moreau", target_accept: float = 0.65,
+                 lam: float | str | None = None, force: str = "moreau", target_accept: float | None = None,
                  adapt_step_size: bool = True, adapt_mass_matrix: bool = True, step_jitter: float = 0.2,
                  inner_steps: int = 5, spike_and_slab: bool = False, sparsity_threshold: float = 1e-2,
                  sparsity_sites: Sequence[str] | None = None, chain_method: str = "vectorized",
                  num_chains: int = 1, init_radius: float = 1.0):
         check_positive_option("step_size", step_size)
-        _positive_int("num_steps", num_steps)
+        check_positive_int("num_steps", num_steps)
         if lam is not None and lam != "tune":
             check_positive_option("lam", lam)
         if force not in FORCES:
             raise ValueError(f"force {force!r}: choose one of {', '.join(FORCES)}")
-        check_fraction_option("target_accept", target_accept)
+        if target_accept is not None:
+            check_fraction_option("target_accept", target_accept)
         if isinstance(step_jitter, bool) or not isinstance(step_jitter, (int, float)) or not 0 <= step_jitter < 1:
             raise ValueError(f"step_jitter must be in [0, 1), got {step_jitter!r}")
-        _positive_int("inner_steps", inner_steps)
+        check_positive_int("inner_steps", inner_steps)
         check_positive_option("sparsity_threshold", sparsity_threshold)
         if chain_method not in CHAIN_METHODS:
             raise ValueError(f"chain_method {chain_method!r}: choose one of {', '.join(CHAIN_METHODS)}")
@@ -418,9 +416,9 @@ class ProximalHMC(ChEESHMC):
 @engine("proximal_hmc")
 def proximal_hmc(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 0.01,
                  num_steps: int = 20, lam: float | str | None = None, force: str = "moreau",
-                 target_accept: float = 0.65, adapt_step_size: bool = True, adapt_mass_matrix: bool = True,
-                 step_jitter: float = 0.2, inner_steps: int = 5, spike_and_slab: bool = False,
-                 sparsity_threshold: float = 1e-2, sparsity_sites: list | None = None,
+                 target_accept: float | None = None, adapt_step_size: bool = True,
+                 adapt_mass_matrix: bool = True, step_jitter: float = 0.2, inner_steps: int = 5,
+                 spike_and_slab: bool = False, sparsity_threshold: float = 1e-2, sparsity_sites: list | None = None,
                  chain_method: str = "vectorized", init_radius: float = 1.0) -> Draws:
     """Proximal HMC for L1 / Laplace priors: proximal leapfrog force, exact Metropolis test."""
     vectorized = _chain_method(chain_method)
