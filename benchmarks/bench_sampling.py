@@ -10,7 +10,7 @@ the two, divided by wall time. All engines run in one process, one after
 another, so their ratios are measured under the same conditions.
 
 Usage: ``python benchmarks/bench_sampling.py [--draws 1000] [--warmup 500]
-[--chees-chains 16] [--skip-stock] [--skip-fast-nuts]``; writes ``benchmarks/results/sampling.{json,md}``.
+[--chees-chains 16] [--chees-warmup 200] [--seeds 3] [--skip-stock] [--skip-fast-nuts]``; writes ``benchmarks/results/sampling.{json,md}``.
 """
 
 from __future__ import annotations
@@ -35,20 +35,31 @@ from bnnzoo.models import zoo  # noqa: E402
 X_STAR = torch.linspace(0.0, 4.0, 20).reshape(-1, 1)
 
 
+#: a run whose R-hat (lp or any f) is above MAX_RHAT, or whose ESS is below MIN_ESS, scores
+#: 0 ESS/s however cheap it was: its ESS estimate means nothing. 1.1 (Gelman and Rubin's
+#: threshold) rather than 1.01: with 16 chains of 62 draws, about 10 effective draws per
+#: chain, split R-hat is about 1 + 1/(2 * 10) = 1.05 even for chains that have converged
+MAX_RHAT, MIN_ESS = 1.1, 100.0
+
+
 def score(name: str, wall: float, lp: np.ndarray, f: np.ndarray, extra: dict) -> dict:
-    """ESS of lp ``[chain, draw]`` and min ESS of f ``[chain, draw, 20]``; ESS/s of their minimum."""
+    """ESS and R-hat of lp ``[chain, draw]`` and of f ``[chain, draw, 20]`` (min ESS, max
+    R-hat over the 20 inputs); ESS/s of the smaller ESS, 0 if the run has not converged."""
     ess_lp = float(az.ess(lp))
     ess_f = float(min(az.ess(f[..., j]) for j in range(f.shape[-1])))
+    rhat = max(float(az.rhat(lp)), *(float(az.rhat(f[..., j])) for j in range(f.shape[-1])))
+    converged = rhat <= MAX_RHAT and min(ess_lp, ess_f) >= MIN_ESS
     ess = min(ess_lp, ess_f)
     return {"engine": name, "chains": lp.shape[0], "draws": lp.size, "wall_s": wall, "ess_lp": ess_lp,
-            "ess_f_min": ess_f, "ess_per_s": ess / wall, **extra}
+            "ess_f_min": ess_f, "rhat_max": rhat, "converged": converged,
+            "ess_per_s": ess / wall if converged else 0.0, **extra}
 
 
-def bnnzoo_engine(label, data, engine, num_chains, draws, warmup, **options):
+def bnnzoo_engine(label, data, engine, num_chains, draws, warmup, seed, **options):
     spec = zoo.cosine_mlp(hidden=50)
     start = time.perf_counter()
     r = run(spec, data, engine=engine, num_samples=draws // num_chains, warmup_steps=warmup,
-            num_chains=num_chains, seed=0, **options)
+            num_chains=num_chains, seed=seed, **options)
     wall = time.perf_counter() - start
     f = r.predict(X_STAR)[..., 0]
     stats = r.sample_stats
@@ -57,7 +68,7 @@ def bnnzoo_engine(label, data, engine, num_chains, draws, warmup, **options):
     return score(label, wall, stats["lp"], f, extra)
 
 
-def numpyro_nuts(data, num_chains, draws, warmup):
+def numpyro_nuts(data, num_chains, draws, warmup, seed):
     from numpyro.infer import MCMC, NUTS
     import jax
 
@@ -66,7 +77,7 @@ def numpyro_nuts(data, num_chains, draws, warmup):
     start = time.perf_counter()
     mcmc = MCMC(NUTS(model), num_warmup=warmup, num_samples=draws // num_chains, num_chains=num_chains,
                 chain_method="sequential", progress_bar=False)
-    mcmc.run(jax.random.PRNGKey(0), x, y, extra_fields=("potential_energy", "num_steps", "accept_prob"))
+    mcmc.run(jax.random.PRNGKey(seed), x, y, extra_fields=("potential_energy", "num_steps", "accept_prob"))
     samples = mcmc.get_samples(group_by_chain=True)
     wall = time.perf_counter() - start
     extra = mcmc.get_extra_fields(group_by_chain=True)
@@ -83,43 +94,67 @@ def main(argv=None):
     parser.add_argument("--draws", type=int, default=1000, help="post-warm-up draws per engine, all chains")
     parser.add_argument("--warmup", type=int, default=500, help="warm-up steps per chain (NUTS engines)")
     parser.add_argument("--chees-chains", type=int, default=16)
-    parser.add_argument("--chees-warmup", type=int, default=500)
+    parser.add_argument("--chees-warmup", type=int, default=200,
+                        help="warm-up steps per chain of ChEES (its adaptation pools all chains)")
     parser.add_argument("--skip-stock", action="store_true", help="skip stock Pyro NUTS (slow)")
     parser.add_argument("--skip-fast-nuts", action="store_true", help="skip Pyro NUTS on the fast potential")
     parser.add_argument("--stock-draws", type=int, default=None,
                         help="fewer draws for stock Pyro NUTS (its ESS/s is still comparable)")
+    parser.add_argument("--seeds", type=int, default=3, help="runs of every engine, seeds 0, 1, ...")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     data = load("cosine", seed=0)
     plan = []
     if npm.AVAILABLE:
-        plan.append(lambda: numpyro_nuts(data, 2, args.draws, args.warmup))
-    plan.append(lambda: bnnzoo_engine("bnnzoo chees (ChEES-HMC)", data, "chees", args.chees_chains, args.draws,
-                                      args.chees_warmup))
+        plan.append(lambda seed: numpyro_nuts(data, 2, args.draws, args.warmup, seed))
+    plan.append(lambda seed: bnnzoo_engine("bnnzoo chees (ChEES-HMC)", data, "chees", args.chees_chains,
+                                           args.draws, args.chees_warmup, seed))
     if not args.skip_fast_nuts:
-        plan.append(lambda: bnnzoo_engine("pyro NUTS, fast potential", data, "nuts", 2, args.draws, args.warmup))
+        plan.append(lambda seed: bnnzoo_engine("pyro NUTS, fast potential", data, "nuts", 2, args.draws,
+                                               args.warmup, seed))
     if not args.skip_stock:
         stock = args.stock_draws or args.draws
-        plan.append(lambda: bnnzoo_engine("pyro NUTS, stock", data, "nuts", 2, stock,
-                                          min(args.warmup, stock // 2), fast=False))
+        plan.append(lambda seed: bnnzoo_engine("pyro NUTS, stock", data, "nuts", 2, stock,
+                                               min(args.warmup, stock // 2), seed, fast=False))
     rows = []
-    for measure in plan:  # results are written after every engine, so a long run keeps what it measured
-        rows.append(measure())
-        print(rows[-1], flush=True)
-        table = report(rows, args)
+    for seed in range(args.seeds):  # seeds interleaved, so a drift in machine load hits every engine alike
+        for measure in plan:  # results are written after every run, so a long run keeps what it measured
+            rows.append({"seed": seed, **measure(seed)})
+            print(rows[-1], flush=True)
+            table = report(rows, args)
     print(table)
 
 
-def report(rows: list[dict], args) -> str:
-    reference = next((r["ess_per_s"] for r in rows if r["engine"] == "numpyro NUTS"), None)
-    stock_rate = next((r["ess_per_s"] for r in rows if r["engine"] == "pyro NUTS, stock"), None)
-    for r in rows:
+def summarise(rows: list[dict]) -> list[dict]:
+    """One line per engine: median over seeds of wall time, ESS and ESS/s (unconverged
+    runs count 0), the worst R-hat, and the ratios of the median ESS/s."""
+    lines = []
+    for name in dict.fromkeys(r["engine"] for r in rows):
+        runs = [r for r in rows if r["engine"] == name]
+        line = {"engine": name, "runs": len(runs), "chains": runs[0]["chains"], "draws": runs[0]["draws"],
+                "converged": sum(r["converged"] for r in runs),
+                "rhat_max": max(r["rhat_max"] for r in runs)}
+        for key in ("wall_s", "mean_accept", "grads_per_draw", "ess_lp", "ess_f_min", "ess_per_s"):
+            values = [r[key] for r in runs if r.get(key) is not None]
+            line[key] = float(np.median(values)) if values else None
+        line["ess_per_s_range"] = f"{min(r['ess_per_s'] for r in runs):.2f}-{max(r['ess_per_s'] for r in runs):.2f}"
+        lines.append(line)
+    reference = next((r["ess_per_s"] for r in lines if r["engine"] == "numpyro NUTS"), None)
+    stock_rate = next((r["ess_per_s"] for r in lines if r["engine"] == "pyro NUTS, stock"), None)
+    for r in lines:
         r["vs_numpyro"] = r["ess_per_s"] / reference if reference else None
         r["vs_stock_pyro"] = r["ess_per_s"] / stock_rate if stock_rate else None
-    columns = ["engine", "chains", "draws", "wall_s", "mean_accept", "grads_per_draw", "ess_lp", "ess_f_min",
-               "ess_per_s", "vs_numpyro", "vs_stock_pyro"]
-    table = markdown_table(rows, columns)
-    payload = {"machine": machine(), "settings": vars(args), "rows": rows}
+    return lines
+
+
+def report(rows: list[dict], args) -> str:
+    lines = summarise(rows)
+    columns = ["engine", "runs", "converged", "chains", "draws", "wall_s", "mean_accept", "grads_per_draw",
+               "ess_lp", "ess_f_min", "rhat_max", "ess_per_s", "ess_per_s_range", "vs_numpyro", "vs_stock_pyro"]
+    table = markdown_table(lines, columns)
+    table += (f"\n\nMedians over seeds 0..{args.seeds - 1} of each engine (runs interleaved); a run whose "
+              f"R-hat exceeds {MAX_RHAT} or whose ESS is below {MIN_ESS:.0f} scores 0 ESS/s.")
+    payload = {"machine": machine(), "settings": vars(args), "summary": lines, "rows": rows}
     js, md = write_results("sampling", payload, table)
     print(f"wrote {js} and {md}", flush=True)
     return table

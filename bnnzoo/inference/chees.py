@@ -189,9 +189,14 @@ class ChEESHMC(FlatKernel):
       realised acceptance sits well above the target (BNNs: ~0.95);
     * the diagonal mass :math:`M^{-1}`: the variance of the chains' positions
       pooled over chains and the second half of each of Stan's doubling
-      windows. After each update the expected distance travelled
-      :math:`T \sqrt{\operatorname{tr} M^{-1}}` is kept, the step size is found
-      again and dual averaging restarts;
+      windows. After each update the step size is found again and dual
+      averaging restarts; :math:`T` restarts from the chains' median U-turn time
+      under the new mass (:meth:`u_turn_time`) unless the user gave
+      ``trajectory_length``, in which case the expected distance travelled
+      :math:`T \sqrt{\operatorname{tr} M^{-1}}` is kept. (Adam moves
+      :math:`\log T` by about its learning rate per step: from the initial
+      ``10 * step_size`` it took some 350 warm-up steps to reach the length of
+      the cosine MLP; the U-turn time is already near it, so 200 warm-up steps do);
     * the trajectory length :math:`T`: Adam (lr 0.025, :math:`\beta_1 = 0`,
       :math:`\beta_2 = 0.95`) ascends ChEES
       :math:`\tfrac14 E[(\|\theta' - E\theta'\|^2 - \|\theta - E\theta\|^2)^2]`
@@ -222,8 +227,10 @@ class ChEESHMC(FlatKernel):
         Target harmonic-mean acceptance of dual averaging; None: recommended
         for the model (0.651 smooth, 0.45 piecewise linear).
     trajectory_length : float, optional
-        Initial :math:`T` (fixed if ``adapt_trajectory=False``); default 10
-        times the first step size (after the initial step-size search).
+        Initial :math:`T` (fixed if ``adapt_trajectory=False``). Default: 10
+        times the first step size (after the initial step-size search), and at
+        each mass-matrix update the chains' median U-turn time
+        (:meth:`u_turn_time`), from which ChEES goes on.
     adapt_step_size, adapt_mass_matrix, adapt_trajectory : bool
     max_leapfrog_steps : int
         Cap on leapfrog steps per transition.
@@ -296,6 +303,7 @@ class ChEESHMC(FlatKernel):
         self._jitter_index = 0
         self._windows: list[tuple[int, int]] = []
         self._variance = PooledVariance()
+        self._guess_trajectory_length = False
 
     def prepare(self, theta: Tensor) -> None:
         self.inv_mass = torch.ones(theta.shape[-1], dtype=theta.dtype)
@@ -304,6 +312,7 @@ class ChEESHMC(FlatKernel):
             self._step_adapter.restart(self.step_size)
         if self.trajectory_length is None:
             self.trajectory_length = 10 * self.step_size
+            self._guess_trajectory_length = self.adapt_trajectory
         self._clip_trajectory_length()
         if self.adapt_mass_matrix:
             self._windows = mass_windows(self._warmup_steps)
@@ -418,15 +427,49 @@ class ChEESHMC(FlatKernel):
             self.trajectory_length *= math.sqrt(float(self.inv_mass.sum()) / float(inv_mass.sum()))
             self._log_length_avg, self._length_count = 0.0, 0
         self.inv_mass = inv_mass
+        settled = self.step_size
         if self.adapt_step_size:
+            if self._step_adapter.t:
+                settled = self._step_adapter.final_step_size
             self.step_size = self._find_step_size(theta)
             self._step_adapter.restart(self.step_size)
+        if self.adapt_trajectory and self._guess_trajectory_length:
+            # the one-step search's step size is near leapfrog's stability limit, where the
+            # stiffest directions swing and fake a U-turn within a few steps: integrate at
+            # the smaller of it and the step size dual averaging had settled on
+            self.trajectory_length = self.u_turn_time(theta, min(settled, self.step_size))
+            self._adam = ScalarAdam()
 
     def _end_warmup(self) -> None:
         if self.adapt_step_size:
             self.step_size = self._step_adapter.final_step_size
         if self.adapt_trajectory and self._length_count:
             self.trajectory_length = math.exp(self._log_length_avg)
+
+    def u_turn_time(self, theta: Tensor, step_size: float | None = None) -> float:
+        r"""Median over chains of the time at which a trajectory from ``theta`` (fresh
+        momentum, the current mass, ``step_size`` or the current one) first turns back,
+        :math:`(\theta_t - \theta_0)^\top M^{-1} p_t < 0` (the no-U-turn criterion),
+        capped at ``max_leapfrog_steps`` steps.
+
+        ChEES starts from it at each mass update when no ``trajectory_length`` was
+        given: Adam moves :math:`\log T` by about its learning rate per step, so from
+        ``10 * step_size`` it needs hundreds of warm-up steps to reach the lengths a
+        BNN posterior wants; the U-turn time of the population is already close."""
+        step_size = step_size or self.step_size
+        value, grad = self.value_and_grad(theta)
+        x, p = theta, self._momentum(theta)
+        cap = self.max_leapfrog_steps
+        turned = torch.full(theta.shape[:-1], cap, dtype=torch.long)
+        for step in range(1, cap + 1):
+            x, p, value, grad = leapfrog(x, p, grad, step_size, 1, self.potential.value_and_grad,
+                                         self.inv_mass, value)
+            back = ((x - theta) * velocity(p, self.inv_mass)).sum(-1)
+            now = ~(back >= 0) & (turned == cap)  # NaN counts as turned: that chain's trajectory is over
+            turned = torch.where(now, torch.full_like(turned, step), turned)
+            if bool((turned < cap).all()):
+                break
+        return float(turned.double().median()) * step_size
 
     def _find_step_size(self, theta: Tensor) -> float:
         """Double or halve the step size until the harmonic-mean acceptance of one

@@ -184,3 +184,19 @@ def test_pyro_mcmc_runs_c_chains_that_split_back():
     assert np.all(stats["trajectory_length"] == stats["trajectory_length"][0, 0])
     assert np.all(stats["n_steps"] == stats["n_steps"][:1])  # one step count per transition
     assert len(np.unique(draws.samples["layers.0.bias"][:, -1])) == 6  # six distinct chains
+
+
+def test_u_turn_time_is_half_a_period_of_the_gaussian_dynamics():
+    """On N(0, s^2 I) in many dimensions, theta_t = theta_0 cos(wt) + ... with w = 1/s
+    (unit mass) turns back, (theta_t - theta_0)' p_t < 0, at t ~ pi s; with the
+    matching mass M^-1 = s^2 I, at t ~ pi. ChEES starts T there."""
+    torch.manual_seed(0)
+    dim, sd = 100, 2.0
+    kernel = ChEESHMC(potential=GaussianTarget(np.zeros(dim), sd ** 2 * np.eye(dim)), num_chains=64,
+                      step_size=0.01)
+    kernel._reset()
+    theta = sd * torch.randn(64, dim)
+    kernel.inv_mass = torch.ones(dim)
+    assert abs(kernel.u_turn_time(theta) - math.pi * sd) < 0.1 * math.pi * sd
+    kernel.inv_mass = torch.full((dim,), sd ** 2)
+    assert abs(kernel.u_turn_time(theta, step_size=0.005) - math.pi) < 0.1 * math.pi
