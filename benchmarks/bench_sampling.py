@@ -10,7 +10,7 @@ the two, divided by wall time. All engines run in one process, one after
 another, so their ratios are measured under the same conditions.
 
 Usage: ``python benchmarks/bench_sampling.py [--draws 1000] [--warmup 500]
-[--chees-chains 16] [--chees-warmup 200] [--seeds 3] [--skip-stock] [--skip-fast-nuts]``; writes ``benchmarks/results/sampling.{json,md}``.
+[--chees-chains 8 16] [--chees-warmup 200] [--seeds 3] [--skip-stock] [--skip-fast-nuts]``; writes ``benchmarks/results/sampling.{json,md}``.
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=1000, help="post-warm-up draws per engine, all chains")
     parser.add_argument("--warmup", type=int, default=500, help="warm-up steps per chain (NUTS engines)")
-    parser.add_argument("--chees-chains", type=int, default=16)
+    parser.add_argument("--chees-chains", type=int, nargs="+", default=[8, 16],
+                        help="a ChEES row for each number of chains")
     parser.add_argument("--chees-warmup", type=int, default=200,
                         help="warm-up steps per chain of ChEES (its adaptation pools all chains)")
     parser.add_argument("--skip-stock", action="store_true", help="skip stock Pyro NUTS (slow)")
@@ -107,8 +108,9 @@ def main(argv=None):
     plan = []
     if npm.AVAILABLE:
         plan.append(lambda seed: numpyro_nuts(data, 2, args.draws, args.warmup, seed))
-    plan.append(lambda seed: bnnzoo_engine("bnnzoo chees (ChEES-HMC)", data, "chees", args.chees_chains,
-                                           args.draws, args.chees_warmup, seed))
+    for chains in args.chees_chains:
+        plan.append(lambda seed, chains=chains: bnnzoo_engine(f"bnnzoo chees, {chains} chains", data, "chees",
+                                                              chains, args.draws, args.chees_warmup, seed))
     if not args.skip_fast_nuts:
         plan.append(lambda seed: bnnzoo_engine("pyro NUTS, fast potential", data, "nuts", 2, args.draws,
                                                args.warmup, seed))
