@@ -253,3 +253,31 @@ def test_model_without_group_prior_and_prior_decays():
         GroupSparseSGHMCOptimizer([torch.zeros(2, 3, requires_grad=True)], num_data=10, decay="prior")
     with pytest.raises(ValueError, match="num_data must be a positive integer"):
         GroupSparseSGHMCOptimizer([torch.zeros(2, 3, requires_grad=True)], num_data=0)
+
+
+@pytest.mark.parametrize("group, index, groups", [
+    ("output", (1,), 4),          # a filter: weight[1, :, :, :]
+    ("input", (slice(None), 1), 2),  # an input channel: weight[:, 1, :, :]
+    ("kernel", (2, 0), 8),        # one kernel: weight[2, 0, :, :]
+])
+def test_conv_groups_are_pruned_whole(group, index, groups):
+    from bnnzoo.models import Conv2d
+
+    torch.manual_seed(0)
+    spec = BNNSpec(layers=[Conv2d(4, 3, activation="relu"), Dense(1)], input_shape=(2, 5, 5),
+                   prior=Gaussian(1.0), priors={"layers.0.weight": GroupSpikeAndSlab(group=group)},
+                   likelihood=GaussianLikelihood(0.5))
+    x, y = torch.randn(16, 2, 5, 5), torch.randn(16)
+    potential = BNNPotential(BNN(spec), x, y)
+    kernel = GroupSparseSGHMC(potential=potential, em_warmup=0, em_every=1, step_size=1e-4, schedule="constant")
+    kernel.setup(0)
+    theta = torch.full((1, potential.dim), 0.5)
+    where = potential.slices["layers.0.weight"]
+    weight = theta[0, where].view(4, 2, 3, 3)  # a view: writes go to theta
+    weight[index] = 0.01  # mean w^2 = 1e-4 < hard_threshold
+    theta = kernel.iterate(theta)[0]
+    weight = theta[0, where].view(4, 2, 3, 3)
+    pruned = torch.zeros(4, 2, 3, 3, dtype=torch.bool)
+    pruned[index] = True
+    assert (weight[pruned] == 0).all() and (weight[~pruned] != 0).all()
+    assert float(kernel.draw_stats(theta)["active_groups[layers.0.weight]"][0]) == groups - 1
