@@ -24,4 +24,5 @@ __all__ = [
     "AdaBound", "AMSBound", "PyroAdaBound", "PyroAMSBound", "MeanFieldGuide", "VIFit", "VIOptions",
     "fit_mean_field", "kl_weights",
     "SGHMC", "SGHMCSA", "SGLD", "SGLDSA", "GroupSparseSGHMC", "GroupSparseSGHMCOptimizer",
+    "TargetAccept", "recommend_target_accept",
 ]

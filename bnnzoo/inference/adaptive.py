@@ -83,7 +83,7 @@ from ..models.priors import SpikeAndSlab, spike_slab_log_density
 from .base import check_positive_option
 from .engines import engine
 from .potential import BNNPotential
-from .sgmcmc import SGHMC, SGLD, pruning_option, run_sgmcmc
+from .sgmcmc import SGHMC, SGLD, run_engine
 
 __all__ = [
     "SGHMCSA", "SGLDSA", "SpikeSlabState", "delta_target", "inclusion_probability", "log_prior_except",
@@ -471,11 +471,6 @@ class SGHMCSA(AdaptiveSpikeSlab, SGHMC):
 
 
 # ------------------------------------------------------------- the engines
-def _sa_options(mode, sa_scale, sa_offset, sa_power, sa_max, beta_a, beta_b, ig_nu, ig_lambda, shared_sigma):
-    return dict(mode=mode, sa_scale=sa_scale, sa_offset=sa_offset, sa_power=sa_power, sa_max=sa_max,
-                beta_a=beta_a, beta_b=beta_b, ig_nu=ig_nu, ig_lambda=ig_lambda, shared_sigma=shared_sigma)
-
-
 @engine("sgld_sa")
 def sgld_sa(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 1e-4,
             mode: str = "sa", sa_scale: float = 10.0, sa_offset: float = 1000.0, sa_power: float = 0.7,
@@ -487,14 +482,7 @@ def sgld_sa(model, x, y, num_samples, warmup_steps, num_chains, progress, step_s
             thin: int = 1, prune: float | None = None, prune_decay: float = 0.99, prune_period: float = 50.0,
             prune_sites: list | None = None, chain_method: str = "vectorized", init_radius: float = 1.0) -> Draws:
     """SGLD-SA (mode="em": SGLD-EM): SGLD with stochastic approximation of spike-and-slab hyperparameters."""
-    return run_sgmcmc(
-        SGLDSA, model, x, y, num_samples, warmup_steps, num_chains, progress, chain_method, init_radius,
-        **_sa_options(mode, sa_scale, sa_offset, sa_power, sa_max, beta_a, beta_b, ig_nu, ig_lambda, shared_sigma),
-        step_size=step_size, schedule=schedule, decay_power=decay_power, decay_offset=decay_offset,
-        cycle_length=cycle_length, batch_size=batch_size, shared_minibatch=shared_minibatch,
-        inverse_temperature=inverse_temperature, annealing=annealing,
-        max_inverse_temperature=max_inverse_temperature, thin=thin,
-        pruning=pruning_option(prune, prune_decay, prune_period, prune_sites))
+    return run_engine(SGLDSA, locals())
 
 
 @engine("sghmc_sa")
@@ -509,12 +497,4 @@ def sghmc_sa(model, x, y, num_samples, warmup_steps, num_chains, progress, step_
              thin: int = 1, prune: float | None = None, prune_decay: float = 0.99, prune_period: float = 50.0,
              prune_sites: list | None = None, chain_method: str = "vectorized", init_radius: float = 1.0) -> Draws:
     """SGHMC-SA (mode="em": SGHMC-EM): SGHMC with stochastic approximation of spike-and-slab hyperparameters."""
-    return run_sgmcmc(
-        SGHMCSA, model, x, y, num_samples, warmup_steps, num_chains, progress, chain_method, init_radius,
-        **_sa_options(mode, sa_scale, sa_offset, sa_power, sa_max, beta_a, beta_b, ig_nu, ig_lambda, shared_sigma),
-        friction=friction, noise_estimate=noise_estimate, noise_decay=noise_decay,
-        step_size=step_size, schedule=schedule, decay_power=decay_power, decay_offset=decay_offset,
-        cycle_length=cycle_length, batch_size=batch_size, shared_minibatch=shared_minibatch,
-        inverse_temperature=inverse_temperature, annealing=annealing,
-        max_inverse_temperature=max_inverse_temperature, thin=thin,
-        pruning=pruning_option(prune, prune_decay, prune_period, prune_sites))
+    return run_engine(SGHMCSA, locals())

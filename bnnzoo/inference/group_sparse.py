@@ -75,7 +75,7 @@ from .base import check_positive_option
 from .engines import engine
 from .optim import closure_loss
 from .potential import BNNPotential
-from .sgmcmc import SGMCMCKernel, run_sgmcmc
+from .sgmcmc import SGMCMCKernel, run_engine
 
 __all__ = ["GroupSparseOptions", "GroupSparseSGHMC", "GroupSparseSGHMCOptimizer", "e_step", "em_due",
            "fan_in_radius", "group_sites", "group_sparse_sghmc_update"]
@@ -570,7 +570,6 @@ class GroupSparseSGHMCOptimizer(torch.optim.Optimizer):
 
 # ------------------------------------------------------------- the engine
 _DEFAULT = GroupSparseOptions()
-_RUN_ARGUMENTS = ("model", "x", "y", "num_samples", "warmup_steps", "num_chains", "progress")
 
 
 @engine("sghmc_group_ss")
@@ -585,8 +584,7 @@ def sghmc_group_ss(model, x, y, num_samples, warmup_steps, num_chains, progress,
                    init_momentum: float = _DEFAULT.init_momentum, chain_method: str = "vectorized",
                    init_radius: float | str = "fan_in") -> Draws:
     """Group spike-and-slab SGHMC (paper 004): EM weight decay per group, one-shot group pruning, cyclical steps."""
-    options = {k: v for k, v in locals().items() if k not in _RUN_ARGUMENTS}
-    draws = run_sgmcmc(GroupSparseSGHMC, model, x, y, num_samples, warmup_steps, num_chains, progress, **options)
+    draws = run_engine(GroupSparseSGHMC, locals())
     if schedule == "cyclical":
         draws.extras["idata_attrs"]["iterations_per_draw"] = f"{thin} cycle(s): draws at cycle ends"
     return draws

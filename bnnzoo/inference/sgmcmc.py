@@ -506,6 +506,24 @@ def pruning_option(prune: float | None, prune_decay: float, prune_period: float,
     return MagnitudePruning(prune, prune_decay, prune_period, None if prune_sites is None else tuple(prune_sites))
 
 
+#: the arguments every engine function takes first; the rest are the kernel's options
+RUN_ARGUMENTS = ("model", "x", "y", "num_samples", "warmup_steps", "num_chains", "progress")
+PRUNE_OPTIONS = ("prune", "prune_decay", "prune_period", "prune_sites")
+
+
+def run_engine(kernel_cls, arguments: dict) -> Draws:
+    """Run an SG-MCMC engine from its function's ``locals()``: the run arguments go to
+    :func:`run_sgmcmc`, every other option to the kernel, the flat ``prune*`` options
+    (where the engine has them) as one :class:`MagnitudePruning`.
+
+    The registry reads an engine's options from its signature, so each engine
+    function still lists them; this keeps the forwarding in one place."""
+    options = {k: v for k, v in arguments.items() if k not in RUN_ARGUMENTS}
+    if "prune" in options:
+        options["pruning"] = pruning_option(*(options.pop(k) for k in PRUNE_OPTIONS))
+    return run_sgmcmc(kernel_cls, *(arguments[k] for k in RUN_ARGUMENTS), **options)
+
+
 @engine("sgld")
 def sgld(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 1e-4,
          schedule: str = "constant", decay_power: float = 1.0 / 3.0, decay_offset: float = 0.0,
@@ -514,13 +532,7 @@ def sgld(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size
          thin: int = 1, prune: float | None = None, prune_decay: float = 0.99, prune_period: float = 50.0,
          prune_sites: list | None = None, chain_method: str = "vectorized", init_radius: float = 1.0) -> Draws:
     """Stochastic gradient Langevin dynamics: minibatch gradients, step-size schedules, tempering, pruning."""
-    return run_sgmcmc(
-        SGLD, model, x, y, num_samples, warmup_steps, num_chains, progress, chain_method, init_radius,
-        step_size=step_size, schedule=schedule, decay_power=decay_power, decay_offset=decay_offset,
-        cycle_length=cycle_length, batch_size=batch_size, shared_minibatch=shared_minibatch,
-        inverse_temperature=inverse_temperature, annealing=annealing,
-        max_inverse_temperature=max_inverse_temperature, thin=thin,
-        pruning=pruning_option(prune, prune_decay, prune_period, prune_sites))
+    return run_engine(SGLD, locals())
 
 
 @engine("sghmc")
@@ -532,11 +544,4 @@ def sghmc(model, x, y, num_samples, warmup_steps, num_chains, progress, step_siz
           thin: int = 1, prune: float | None = None, prune_decay: float = 0.99, prune_period: float = 50.0,
           prune_sites: list | None = None, chain_method: str = "vectorized", init_radius: float = 1.0) -> Draws:
     """Stochastic gradient HMC (SGD-with-momentum form): friction, noise estimate, schedules, tempering, pruning."""
-    return run_sgmcmc(
-        SGHMC, model, x, y, num_samples, warmup_steps, num_chains, progress, chain_method, init_radius,
-        friction=friction, noise_estimate=noise_estimate, noise_decay=noise_decay,
-        step_size=step_size, schedule=schedule, decay_power=decay_power, decay_offset=decay_offset,
-        cycle_length=cycle_length, batch_size=batch_size, shared_minibatch=shared_minibatch,
-        inverse_temperature=inverse_temperature, annealing=annealing,
-        max_inverse_temperature=max_inverse_temperature, thin=thin,
-        pruning=pruning_option(prune, prune_decay, prune_period, prune_sites))
+    return run_engine(SGHMC, locals())
