@@ -62,6 +62,26 @@ def _setup_torch() -> None:
 
 
 # ------------------------------------------------------------ regression
+def write_table(out: Path, name: str, lines: list[str], rows: list[dict]) -> str:
+    """``<name>.md`` (the markdown ``lines``) and ``<name>.csv`` (``rows``) under ``out``; the markdown text."""
+    import pandas as pd
+
+    text = "\n".join(lines) + "\n"
+    (out / f"{name}.md").write_text(text)
+    pd.DataFrame(rows).to_csv(out / f"{name}.csv", index=False)
+    return text
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def regression_spec(p: int, v0: float, sigma: float, learned_noise: bool):
     from bnnzoo.models import BNNSpec, Dense, GaussianLikelihood, SpikeAndSlab
 
@@ -139,19 +159,11 @@ def regression_tables(results: list[dict], out: Path) -> str:
     for row in rows:
         lines.append(f"| {row['method']} | {row['v0']} | {row['sigma_init']:g} | {row['beta1_mean']:.2f} | "
                      f"{row['beta2_mean']:.2f} | {row['beta3_mean']:.2f} | {row['selected'] or '-'} |")
-    text = "\n".join(lines) + "\n"
-    (out / "regression.md").write_text(text)
-    import pandas as pd
-
-    pd.DataFrame(rows).to_csv(out / "regression.csv", index=False)
-    return text
+    return write_table(out, "regression", lines, rows)
 
 
 def regression_figures(results: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     picked = {r["method"]: r for r in results if r["v0"] == 0.1 and r["sigma"] == 1.0}
     colours = {"SGLD-SA": "tab:red", "SGLD-EM": "tab:blue", "SGLD": "tab:green"}
@@ -315,19 +327,11 @@ def classification_tables(results: list[dict], out: Path) -> str:
         lines += ["", "SGHMC-SA's sparse layer (layers.1.weight, 64 x 128) at the end, per seed: "
                   + "; ".join(f"σ = {r['sigma']:.3g}, δ = {r['delta']:.3g}, {100 * r['included']:.1f}% of the "
                               f"weights with inclusion probability > 0.5" for r in sa) + "."]
-    text = "\n".join(lines) + "\n"
-    (out / "classification.md").write_text(text)
-    import pandas as pd
-
-    pd.DataFrame(rows).to_csv(out / "classification.csv", index=False)
-    return text
+    return write_table(out, "classification", lines, rows)
 
 
 def classification_figure(results: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for method in CLASSIFIERS:
