@@ -61,6 +61,7 @@ stochastic gradient MCMC for Bayesian deep learning", ICLR (the cyclical schedul
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -461,6 +462,14 @@ class GroupSparseSGHMC(SGMCMCKernel):
 
 
 # ------------------------------------------------------------ the optimizer
+_OPTION_NAMES = tuple(f.name for f in dataclasses.fields(GroupSparseOptions))
+
+
+@functools.lru_cache(maxsize=64)
+def _options(values: tuple) -> GroupSparseOptions:
+    return GroupSparseOptions(**dict(zip(_OPTION_NAMES, values)))
+
+
 class GroupSparseSGHMCOptimizer(torch.optim.Optimizer):
     """The same update (:func:`group_sparse_sghmc_update`, :func:`e_step`) as a
     ``torch.optim.Optimizer``, for a ``torch.nn.Module`` trained directly.
@@ -514,7 +523,8 @@ class GroupSparseSGHMCOptimizer(torch.optim.Optimizer):
 
     @staticmethod
     def _rule(group: dict) -> GroupSparseOptions:
-        return GroupSparseOptions(**{f.name: group[f.name] for f in dataclasses.fields(GroupSparseOptions)})
+        """The group's options, built (and validated) once per distinct setting, not at every step."""
+        return _options(tuple(group[name] for name in _OPTION_NAMES))
 
     @staticmethod
     def _within(p: Tensor, group) -> tuple[int, ...] | None:
