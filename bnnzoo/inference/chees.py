@@ -349,7 +349,8 @@ class ChEESHMC(FlatKernel):
         p = self._momentum(theta)
         energy = value + kinetic_energy(p, self.inv_mass)
         theta_new, p_new, value_new, grad_new = leapfrog(
-            theta, p, grad, self.step_size, num_steps, self.potential.value_and_grad, self.inv_mass, value)
+            theta, p, grad, self.step_size, num_steps, self.potential.value_and_grad, self.inv_mass, value,
+            step=self.potential.leapfrog_step)
         energy_new = value_new + kinetic_energy(p_new, self.inv_mass)
         finite = torch.isfinite(energy_new) & torch.isfinite(theta_new).all(-1) & torch.isfinite(grad_new).all(-1)
         error = torch.where(finite, energy_new - energy, torch.full_like(energy, math.inf))
@@ -463,7 +464,7 @@ class ChEESHMC(FlatKernel):
         turned = torch.full(theta.shape[:-1], cap, dtype=torch.long)
         for step in range(1, cap + 1):
             x, p, value, grad = leapfrog(x, p, grad, step_size, 1, self.potential.value_and_grad,
-                                         self.inv_mass, value)
+                                         self.inv_mass, value, step=self.potential.leapfrog_step)
             back = ((x - theta) * velocity(p, self.inv_mass)).sum(-1)
             now = ~(back >= 0) & (turned == cap)  # NaN counts as turned: that chain's trajectory is over
             turned = torch.where(now, torch.full_like(turned, step), turned)

@@ -310,15 +310,30 @@ def _chain_method(chain_method: str) -> bool:
 def chees(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 0.1,
           target_accept: float | None = None, trajectory_length: float | None = None, adapt_step_size: bool = True,
           adapt_mass_matrix: bool = True, adapt_trajectory: bool = True, max_leapfrog_steps: int = 1000,
-          jitter: str = "halton", init_radius: float = 1.0) -> Draws:
-    """ChEES-HMC: all chains as one batch, jittered trajectory length adapted across chains."""
+          jitter: str = "halton", init_radius: float = 1.0, compile: bool = False) -> Draws:
+    """ChEES-HMC: all chains as one batch, jittered trajectory length adapted across chains.
+
+    ``compile=True`` runs the potential and the leapfrog step as ``torch.compile``
+    graphs (:class:`~bnnzoo.inference.potential.BNNPotential`); the time spent
+    compiling is in ``Run.extras["compile_seconds"]``."""
     from .chees import ChEESHMC, check_memory
 
-    potential = make_potential(model, x, y)
+    potential = make_potential(model, x, y, compile=compile)
     kernel = ChEESHMC(potential=potential, step_size=step_size, target_accept=target_accept,
                       trajectory_length=trajectory_length, adapt_step_size=adapt_step_size,
                       adapt_mass_matrix=adapt_mass_matrix, adapt_trajectory=adapt_trajectory,
                       max_leapfrog_steps=max_leapfrog_steps, jitter=jitter, num_chains=num_chains,
                       init_radius=init_radius)
     check_memory(model, num_chains, int(x.shape[0]))
-    return run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress, vectorized=True)
+    return with_compile_time(
+        run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress, vectorized=True),
+        potential)
+
+
+def with_compile_time(draws: Draws, potential: FlatPotential) -> Draws:
+    """Record a compiled potential's compile time in the run's extras (and InferenceData attrs)."""
+    if getattr(potential, "compile", False):
+        draws.extras["compile_seconds"] = potential.compile_seconds
+        draws.extras["idata_attrs"] = {**draws.extras.get("idata_attrs", {}),
+                                       "compile_seconds": potential.compile_seconds}
+    return draws

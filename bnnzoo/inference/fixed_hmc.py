@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..draws import Draws
 from .base import check_positive_int, check_positive_option
 from .chees import ChEESHMC
-from .engines import engine, run_mcmc
+from .engines import engine, run_mcmc, with_compile_time
 from .potential import make_potential
 
 __all__ = ["FixedStepHMC"]
@@ -77,9 +77,12 @@ class FixedStepHMC(ChEESHMC):
 
 @engine("fixed_hmc")
 def fixed_hmc(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 1e-3,
-              num_steps: int = 100, init_radius: float = 1.0) -> Draws:
-    """HMC with a fixed step size and number of leapfrog steps, no adaptation; all chains as one batch."""
-    potential = make_potential(model, x, y)
+              num_steps: int = 100, init_radius: float = 1.0, compile: bool = False) -> Draws:
+    """HMC with a fixed step size and number of leapfrog steps, no adaptation; all chains as one batch
+    (``compile``: as for ``chees``)."""
+    potential = make_potential(model, x, y, compile=compile)
     kernel = FixedStepHMC(potential=potential, step_size=step_size, num_steps=num_steps,
                           num_chains=num_chains, init_radius=init_radius)
-    return run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress, vectorized=True)
+    return with_compile_time(
+        run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress, vectorized=True),
+        potential)

@@ -27,9 +27,19 @@ def velocity(p: Tensor, inv_mass: Tensor) -> Tensor:
     return inv_mass * p
 
 
+def leapfrog_step(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, inv_mass: Tensor,
+                  value_and_grad: ValueAndGrad) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    r"""One leapfrog step from ``(theta, p)`` with ``grad`` :math:`= \nabla U(\theta)`:
+    returns :math:`(\theta', p', U(\theta'), \nabla U(\theta'))` (see :func:`leapfrog`)."""
+    p_half = p - 0.5 * step_size * grad
+    theta_new = theta + step_size * velocity(p_half, inv_mass)
+    value_new, grad_new = value_and_grad(theta_new)
+    return theta_new, p_half - 0.5 * step_size * grad_new, value_new, grad_new
+
+
 def leapfrog(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, num_steps: int | Tensor,
-             value_and_grad: ValueAndGrad, inv_mass: Tensor, value: Tensor | None = None
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+             value_and_grad: ValueAndGrad, inv_mass: Tensor, value: Tensor | None = None,
+             step: Callable | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     r"""``num_steps`` leapfrog (velocity Verlet) steps of size :math:`\epsilon`:
 
     .. math::
@@ -56,6 +66,10 @@ def leapfrog(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, 
         ``[D]`` or ``[C, D]`` diagonal of :math:`M^{-1}`.
     value : Tensor, optional
         ``U(theta)`` ``[C]``; returned for chains with zero steps (NaN if not given).
+    step : callable, optional
+        One step ``(theta, p, grad, step_size, inv_mass) -> (theta', p', U', grad U')``
+        to use instead of :func:`leapfrog_step` on ``value_and_grad``: e.g. a
+        potential's compiled :meth:`~bnnzoo.inference.potential.FlatPotential.leapfrog_step`.
 
     Returns
     -------
@@ -69,11 +83,11 @@ def leapfrog(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, 
         steps, max_steps = None, int(num_steps)
     if value is None:
         value = torch.full(theta.shape[:-1], float("nan"), dtype=theta.dtype)
+    if step is None:
+        def step(theta, p, grad, step_size, inv_mass):
+            return leapfrog_step(theta, p, grad, step_size, inv_mass, value_and_grad)
     for i in range(max_steps):
-        p_half = p - 0.5 * step_size * grad
-        theta_new = theta + step_size * velocity(p_half, inv_mass)
-        value_new, grad_new = value_and_grad(theta_new)
-        p_new = p_half - 0.5 * step_size * grad_new
+        theta_new, p_new, value_new, grad_new = step(theta, p, grad, step_size, inv_mass)
         if steps is None:
             theta, p, value, grad = theta_new, p_new, value_new, grad_new
             continue

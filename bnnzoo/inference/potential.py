@@ -19,8 +19,10 @@ a dict-in/scalar-out function that Pyro's ``HMC``/``NUTS`` accept.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import time
 from typing import Callable, Mapping
 
 import pyro
@@ -34,6 +36,7 @@ from ..models.bnn import ACTIVATION_FUNCTIONS, BNN
 from ..models.likelihoods import Bernoulli, Categorical, GaussianLikelihood
 from ..models.priors import Gaussian
 from ..models.spec import Dense
+from .integrators import leapfrog_step
 
 Tensor = torch.Tensor
 
@@ -92,6 +95,11 @@ class FlatPotential:
             (grad,) = torch.autograd.grad(value.sum(), theta)
         return value.detach(), grad
 
+    def leapfrog_step(self, theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor,
+                      inv_mass: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """One leapfrog step on this potential (:func:`~bnnzoo.inference.integrators.leapfrog_step`)."""
+        return leapfrog_step(theta, p, grad, step_size, inv_mass, self.value_and_grad)
+
     def potential_fn(self, params: Mapping[str, Tensor]) -> Tensor:
         """Pyro's ``potential_fn`` contract: dict of unconstrained values -> scalar."""
         return self(self.flatten(params))
@@ -126,9 +134,21 @@ class BNNPotential(FlatPotential):
     model : BNN
     x, y : Tensor
         Training inputs and targets (validated beforehand).
+    analytic : bool
+        Use the hand-written backward pass where the model allows it
+        (:meth:`_analytic_plan`); False forces autograd.
+    compile : bool
+        Run the full-data :meth:`value_and_grad` and :meth:`leapfrog_step` as
+        ``torch.compile`` graphs (inductor fuses the forward, the backward and the
+        leapfrog update into one C++ loop nest). Needs the analytic path and a C++
+        compiler. The first call for each input shape compiles (seconds; about 20 s
+        on a machine with an empty inductor cache), later calls and later potentials
+        of the same network reuse the graph; :attr:`compile_seconds` adds up the
+        time of the compiling calls. Minibatch gradients stay eager (their row
+        indices change at every call).
     """
 
-    def __init__(self, model: BNN, x: Tensor, y: Tensor, analytic: bool = True):
+    def __init__(self, model: BNN, x: Tensor, y: Tensor, analytic: bool = True, compile: bool = False):
         self.model = model
         self.x = model.prepare_input(x)
         self.y = model.observed(y)
@@ -144,6 +164,17 @@ class BNNPotential(FlatPotential):
         #: True when :meth:`value_and_grad` and :meth:`minibatch_value_and_grad` use
         #: the hand-written backward (:func:`dense_value_and_grads`); False forces autograd
         self.analytic = bool(analytic) and self._plan is not None
+        if compile and not self.analytic:
+            raise ValueError(
+                "compile=True needs the analytic gradient (Dense layers with an activation among "
+                f"{', '.join(str(a) for a in ACTIVATION_BACKWARD)}, iid elementwise priors on untransformed "
+                "sites, a Gaussian likelihood with fixed noise, Bernoulli or Categorical), which this model "
+                "does not have" + ("" if analytic else " (analytic=False)"))
+        #: True when :meth:`value_and_grad` and :meth:`leapfrog_step` run compiled graphs
+        self.compile = bool(compile)
+        #: seconds spent in the calls that compiled a graph (one per function and input shapes)
+        self.compile_seconds = 0.0
+        self._compiled_keys: set[tuple] = set()
 
     def _prior_segments(self):
         """Runs of adjacent unconstrained sites sharing one iid prior: their log
@@ -256,10 +287,35 @@ class BNNPotential(FlatPotential):
         return weights
 
     def value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
-        """``U(theta)`` and ``dU/dtheta``: analytic when :attr:`analytic`, else autograd."""
+        """``U(theta)`` and ``dU/dtheta``: analytic when :attr:`analytic` (compiled when
+        :attr:`compile`), else autograd."""
+        if self.compile:
+            return self._run_compiled("value_and_grad", theta.detach())
         if self.analytic:
             return self._analytic_value_and_grad(theta.detach(), self._x, self._target, 1.0)
         return super().value_and_grad(theta)
+
+    def leapfrog_step(self, theta, p, grad, step_size, inv_mass):
+        """One leapfrog step; with :attr:`compile`, the update and the gradient as one graph."""
+        if not self.compile:
+            return super().leapfrog_step(theta, p, grad, step_size, inv_mass)
+        # a tensor: a Python float would be compiled in as a constant, one graph per step size
+        step_size = torch.as_tensor(step_size, dtype=theta.dtype)
+        return self._run_compiled("leapfrog_step", theta, p, grad, step_size, inv_mass)
+
+    def _run_compiled(self, name: str, *args: Tensor):
+        key = (name,) + tuple(tuple(a.shape) for a in args)
+        if key in self._compiled_keys:
+            return _compiled(name)(self, *args)
+        start = time.perf_counter()
+        try:
+            out = _compiled(name)(self, *args)
+        except Exception as err:
+            raise RuntimeError(f"compile=True: torch.compile of the potential's {name} failed "
+                               f"({type(err).__name__}: {err}); run with compile=False") from err
+        self.compile_seconds += time.perf_counter() - start
+        self._compiled_keys.add(key)
+        return out
 
     def minibatch_value_and_grad(self, theta: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Unbiased minibatch estimate of ``U`` and its gradient (likelihood scaled by N/B)."""
@@ -331,6 +387,23 @@ class BNNPotential(FlatPotential):
             value = value - prior.log_density(w).sum(-1)
             grad[..., start:end] -= prior.log_density_grad(w)
         return value, grad
+
+
+def _value_and_grad_graph(potential: BNNPotential, theta: Tensor) -> tuple[Tensor, Tensor]:
+    return potential._analytic_value_and_grad(theta, potential._x, potential._target, 1.0)
+
+
+def _leapfrog_step_graph(potential: BNNPotential, theta, p, grad, step_size, inv_mass):
+    return leapfrog_step(theta, p, grad, step_size, inv_mass, lambda t: _value_and_grad_graph(potential, t))
+
+
+@functools.cache
+def _compiled(name: str):
+    """The compiled graph functions, made once per process: the potential is an argument,
+    so a new potential of the same network (same shapes, priors and likelihood) reuses
+    the graph; dynamo's guards recompile when they differ."""
+    graph = {"value_and_grad": _value_and_grad_graph, "leapfrog_step": _leapfrog_step_graph}[name]
+    return torch.compile(graph, dynamic=False)
 
 
 #: ``back(g, h)``: ``g * act'(z)`` from the activation's output ``h = act(z)``
@@ -501,11 +574,14 @@ def prior_l1_weight(prior, spike_and_slab: bool = False) -> float:
     return 0.0
 
 
-def make_potential(model, x: Tensor | None = None, y: Tensor | None = None, args=(), kwargs=None) -> FlatPotential:
-    """The fastest exact potential for ``model``: :class:`BNNPotential` for a BNN,
-    else :class:`PyroPotential` with ``model(*args, **kwargs)``."""
+def make_potential(model, x: Tensor | None = None, y: Tensor | None = None, args=(), kwargs=None,
+                   compile: bool = False) -> FlatPotential:
+    """The fastest exact potential for ``model``: :class:`BNNPotential` for a BNN
+    (``compile``: see there), else :class:`PyroPotential` with ``model(*args, **kwargs)``."""
     if isinstance(model, BNN):
-        return BNNPotential(model, x, y)
+        return BNNPotential(model, x, y, compile=compile)
+    if compile:
+        raise ValueError(f"compile=True needs a BNN model (compiled analytic potential), got {type(model).__name__}")
     return PyroPotential(model, args or (x, y), kwargs)
 
 

@@ -26,7 +26,7 @@ import torch
 from ..draws import Draws
 from .base import check_fraction_option, check_positive_int, check_positive_option, metropolis_accept
 from .chees import MAX_ENERGY_ERROR, ChEESHMC, harmonic_mean_acceptance
-from .engines import CHAIN_METHODS, _chain_method, engine, run_mcmc
+from .engines import CHAIN_METHODS, _chain_method, engine, run_mcmc, with_compile_time
 from .integrators import kinetic_energy, leapfrog
 from .potential import make_potential
 from .proximal import moreau_force, ns_hmc_force, prox_gradient_force
@@ -419,14 +419,16 @@ def proximal_hmc(model, x, y, num_samples, warmup_steps, num_chains, progress, s
                  target_accept: float | None = None, adapt_step_size: bool = True,
                  adapt_mass_matrix: bool = True, step_jitter: float = 0.2, inner_steps: int = 5,
                  spike_and_slab: bool = False, sparsity_threshold: float = 1e-2, sparsity_sites: list | None = None,
-                 chain_method: str = "vectorized", init_radius: float = 1.0) -> Draws:
-    """Proximal HMC for L1 / Laplace priors: proximal leapfrog force, exact Metropolis test."""
+                 chain_method: str = "vectorized", init_radius: float = 1.0, compile: bool = False) -> Draws:
+    """Proximal HMC for L1 / Laplace priors: proximal leapfrog force, exact Metropolis test
+    (``compile``: the potential's gradient as a ``torch.compile`` graph, as for ``chees``)."""
     vectorized = _chain_method(chain_method)
-    potential = make_potential(model, x, y)
+    potential = make_potential(model, x, y, compile=compile)
     kernel = ProximalHMC(potential=potential, step_size=step_size, num_steps=num_steps, lam=lam, force=force,
                          target_accept=target_accept, adapt_step_size=adapt_step_size,
                          adapt_mass_matrix=adapt_mass_matrix, step_jitter=step_jitter, inner_steps=inner_steps,
                          spike_and_slab=spike_and_slab, sparsity_threshold=sparsity_threshold,
                          sparsity_sites=sparsity_sites, num_chains=num_chains if vectorized else 1,
                          init_radius=init_radius)
-    return run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress, vectorized)
+    return with_compile_time(
+        run_mcmc(kernel, potential, x, y, num_samples, warmup_steps, num_chains, progress, vectorized), potential)

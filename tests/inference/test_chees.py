@@ -2,6 +2,8 @@
 bad options, and C vectorized chains under Pyro's MCMC driver."""
 
 import math
+import os
+import shutil
 
 import numpy as np
 import pyro
@@ -110,11 +112,16 @@ def test_correlated_ill_scaled_gaussian():
     assert draws.sample_stats["diverging"].sum() == 0
 
 
-def test_linear_regression_as_bnn_exact_posterior():
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None, reason="torch.compile needs a C++ compiler"))])
+def test_linear_regression_as_bnn_exact_posterior(compile):
     r = run(PROBLEM.spec, (PROBLEM.x, PROBLEM.y), engine="chees", num_samples=200, warmup_steps=300,
-            num_chains=16, seed=2)
+            num_chains=16, seed=2, compile=compile)
     assert r.num_chains == 16
     assert_moments(regression_draws(r.samples), PROBLEM.mean, PROBLEM.sd, min_ess=500)
+    if compile:  # the potential and the leapfrog step ran compiled; the compile time is recorded
+        assert r.options["compile"] is True and r.extras["compile_seconds"] > 0
+        assert r.idata.attrs["compile_seconds"] == r.extras["compile_seconds"]
 
 
 def test_nan_potential_is_a_rejected_counted_divergence():

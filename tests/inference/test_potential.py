@@ -5,6 +5,8 @@ chains, the minibatch estimate, initial points, and a generic Pyro model."""
 from __future__ import annotations
 
 import math
+import os
+import shutil
 
 import numpy as np
 import pyro
@@ -464,3 +466,54 @@ def test_non_qualifying_models_fall_back_to_autograd(float64):
         torch.testing.assert_close(value[0], v0, rtol=1e-6, atol=1e-8, msg=name)
         torch.testing.assert_close(potential.unflatten(grad[0]), pyro_pot.unflatten(g0), rtol=1e-5, atol=1e-6,
                                    msg=name)
+
+
+# ----------------------------------------------------------------------------
+# compile=True: the same numbers from torch.compile graphs
+
+needs_compiler = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None, reason="torch.compile needs a C++ compiler")
+
+
+@needs_compiler
+@pytest.mark.parametrize("activation, prior_name, lik_name", [("tanh", "gaussian", "gaussian"),
+                                                              ("relu", "laplace", "categorical")])
+def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_name):
+    model, x, y = analytic_problem(activation, prior_name, lik_name)
+    eager, compiled = BNNPotential(model, x, y), BNNPotential(model, x, y, compile=True)
+    assert compiled.compile and compiled.compile_seconds == 0.0
+    theta = random_points(eager, 4, seed=5)
+    for t in (theta, theta[0]):  # chains [C, D] and one chain [D]
+        (v1, g1), (v2, g2) = compiled.value_and_grad(t), eager.value_and_grad(t)
+        assert v1.shape == v2.shape == t.shape[:-1] and g1.shape == t.shape
+        torch.testing.assert_close(v1, v2, rtol=1e-10, atol=0)
+        torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-10 * float(g2.abs().max()))
+    assert compiled.compile_seconds > 0.0
+    # a leapfrog step for two step sizes: the step size is an input of the graph, not a constant
+    p = torch.randn(theta.shape, generator=torch.Generator().manual_seed(6), dtype=theta.dtype)
+    inv_mass = torch.linspace(0.5, 2.0, eager.dim, dtype=theta.dtype)
+    _, grad = eager.value_and_grad(theta)
+    for step_size in (0.01, 0.003):
+        fast = compiled.leapfrog_step(theta, p, grad, step_size, inv_mass)
+        slow = eager.leapfrog_step(theta, p, grad, step_size, inv_mass)
+        for a, b in zip(fast, slow):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
+    spent = compiled.compile_seconds
+    compiled.leapfrog_step(theta, p, grad, 0.02, inv_mass)
+    assert compiled.compile_seconds == spent  # same shapes: no compiling call
+
+
+def test_compile_refused_where_there_is_no_analytic_path(float64):
+    for name, (model, x, y) in _non_analytic_problems():
+        with pytest.raises(ValueError, match="compile=True needs the analytic gradient"):
+            BNNPotential(model, x, y, compile=True)
+    model, x, y = analytic_problem("tanh", "gaussian", "gaussian")
+    with pytest.raises(ValueError, match=r"analytic=False"):
+        BNNPotential(model, x, y, analytic=False, compile=True)
+
+    def plain(x, y):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        pyro.sample("y", dist.Normal(w * x, 1.0).to_event(1), obs=y)
+
+    with pytest.raises(ValueError, match="compile=True needs a BNN model"):
+        make_potential(plain, x[:, 0], y, compile=True)
