@@ -4,10 +4,12 @@ Two networks: the cosine MLP (1-50-1 tanh, 100 points, Gaussian likelihood)
 and a digits MLP (64-128-128-10, 1000 points, categorical likelihood), N(0, 1)
 priors. For each: Pyro's ``potential_fn`` (one trace per call), Pyro with
 ``jit_compile=True``, bnnzoo's fast path for 1 chain and for 8/32/128 chains
-(reported per chain), and NumPyro's jitted gradient when jax/numpyro are
-installed (``pip install -e .[bench]``). All in one run, so ratios are fair.
+(reported per chain), the same with ``compile=True`` (``torch.compile``; the
+seconds its compiling calls took are reported alone), and NumPyro's jitted
+gradient when jax/numpyro are installed (``pip install -e .[bench]``). All in
+one run, so ratios are fair.
 
-Usage: ``python benchmarks/bench_gradient.py [--quick]``; writes
+Usage: ``python benchmarks/bench_gradient.py [--quick] [--no-compile]``; writes
 ``benchmarks/results/gradient.{json,md}``.
 """
 
@@ -56,7 +58,7 @@ def pyro_jit_call(model, x, y):
     return call
 
 
-def measure(name, spec, data, widths, activation, likelihood, min_time):
+def measure(name, spec, data, widths, activation, likelihood, min_time, compile=True):
     model = BNN(spec)
     x, y = data.x_train, data.y_train
     fast = BNNPotential(model, x, y)
@@ -70,6 +72,13 @@ def measure(name, spec, data, widths, activation, likelihood, min_time):
     for c in CHAINS:
         batch = initial_theta(fast, c)
         row[f"fast_{c}_us_per_chain"] = 1e6 * time_call(lambda: fast.value_and_grad(batch), min_time) / c
+    if compile:
+        compiled = BNNPotential(model, x, y, compile=True)
+        row["compiled_1_us"] = 1e6 * time_call(lambda: compiled.value_and_grad(theta), min_time)
+        for c in CHAINS:
+            batch = initial_theta(compiled, c)
+            row[f"compiled_{c}_us_per_chain"] = 1e6 * time_call(lambda: compiled.value_and_grad(batch), min_time) / c
+        row["compile_s"] = compiled.compile_seconds
     if npm.AVAILABLE:
         nmodel, _ = npm.mlp_model(widths, activation, likelihood)
         yj = npm.as_jax(y.numpy()) if likelihood == "gaussian" else npm.as_jax(y.numpy()).astype("int32")
@@ -77,6 +86,8 @@ def measure(name, spec, data, widths, activation, likelihood, min_time):
     row["speedup_fast_vs_pyro"] = row["pyro_us"] / row["fast_1_us"]
     if "numpyro_us" in row:
         row["fast_32_vs_numpyro"] = row["fast_32_us_per_chain"] / row["numpyro_us"]
+        if compile:
+            row["compiled_32_vs_numpyro"] = row["compiled_32_us_per_chain"] / row["numpyro_us"]
     rows.append(row)
     return rows
 
@@ -85,15 +96,18 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter timing windows")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--no-compile", action="store_true", help="skip the compile=True rows")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     min_time = 0.3 if args.quick else 1.5
     rows = []
     for name, (spec, data, widths, act, lik) in problems().items():
-        rows += measure(name, spec, data, widths, act, lik, min_time)
+        rows += measure(name, spec, data, widths, act, lik, min_time, compile=not args.no_compile)
         print(rows[-1], flush=True)
     columns = ["model", "D", "N", "pyro_us", "pyro_jit_us", "fast_1_us"] + \
-        [f"fast_{c}_us_per_chain" for c in CHAINS] + ["numpyro_us", "speedup_fast_vs_pyro", "fast_32_vs_numpyro"]
+        [f"fast_{c}_us_per_chain" for c in CHAINS] + ["compiled_1_us"] + \
+        [f"compiled_{c}_us_per_chain" for c in CHAINS] + \
+        ["compile_s", "numpyro_us", "speedup_fast_vs_pyro", "fast_32_vs_numpyro", "compiled_32_vs_numpyro"]
     table = markdown_table(rows, columns)
     payload = {"machine": machine(), "rows": rows, "numpyro": npm.AVAILABLE}
     js, md = write_results("gradient", payload, table)

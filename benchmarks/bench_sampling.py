@@ -1,5 +1,6 @@
 """ESS per second on the cosine MLP: stock Pyro NUTS, Pyro NUTS on the fast
-potential, bnnzoo's many-chain ChEES-HMC, and NumPyro NUTS (when installed).
+potential, bnnzoo's many-chain ChEES-HMC (eager and with ``compile=True``), and
+NumPyro NUTS (when installed).
 
 The model is the cosine MLP of paper 003 (1-50-1 tanh, N(0, 1) priors, noise
 0.1, 100 points). Every engine keeps the same number of post-warm-up draws in
@@ -9,14 +10,22 @@ and of the predictive mean f(x*) at 20 test inputs; the score is the minimum of
 the two, divided by wall time. All engines run in one process, one after
 another, so their ratios are measured under the same conditions.
 
+Compile times count: a compiled run's wall time includes its compiling calls
+(also reported alone, ``compile_s``), and the inductor cache starts empty (a
+fresh directory) unless ``--warm-cache``, so the first compiled run pays the
+full C++ build, as NumPyro's first run pays its XLA compilation.
+
 Usage: ``python benchmarks/bench_sampling.py [--draws 1000] [--warmup 500]
-[--chees-chains 8 16] [--chees-warmup 200] [--seeds 3] [--skip-stock] [--skip-fast-nuts]``; writes ``benchmarks/results/sampling.{json,md}``.
+[--chees-chains 8 16] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1] [--no-compile]
+[--skip-stock] [--skip-fast-nuts]``; writes ``benchmarks/results/sampling.{json,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,7 +73,8 @@ def bnnzoo_engine(label, data, engine, num_chains, draws, warmup, seed, **option
     f = r.predict(X_STAR)[..., 0]
     stats = r.sample_stats
     extra = {"mean_accept": float(np.mean(stats["acceptance_rate"])),
-             "grads_per_draw": float(np.mean(stats["n_steps"])) if "n_steps" in stats else None}
+             "grads_per_draw": float(np.mean(stats["n_steps"])) if "n_steps" in stats else None,
+             "compile_s": r.extras.get("compile_seconds")}
     return score(label, wall, stats["lp"], f, extra)
 
 
@@ -102,28 +112,40 @@ def main(argv=None):
     parser.add_argument("--stock-draws", type=int, default=None,
                         help="fewer draws for stock Pyro NUTS (its ESS/s is still comparable)")
     parser.add_argument("--seeds", type=int, default=3, help="runs of every engine, seeds 0, 1, ...")
+    parser.add_argument("--slow-seeds", type=int, default=1,
+                        help="runs of the two Pyro NUTS engines (tens of minutes each), after the others")
+    parser.add_argument("--no-compile", action="store_true", help="skip the ChEES rows with compile=True")
+    parser.add_argument("--warm-cache", action="store_true",
+                        help="keep the inductor cache of earlier processes (default: a fresh, empty one)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if not args.warm_cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bnnzoo-inductor-")
     data = load("cosine", seed=0)
-    plan = []
+    plan, slow = [], []
     if npm.AVAILABLE:
         plan.append(lambda seed: numpyro_nuts(data, 2, args.draws, args.warmup, seed))
-    for chains in args.chees_chains:
-        plan.append(lambda seed, chains=chains: bnnzoo_engine(f"bnnzoo chees, {chains} chains", data, "chees",
-                                                              chains, args.draws, args.chees_warmup, seed))
+    for compile in (False,) if args.no_compile else (False, True):
+        for chains in args.chees_chains:
+            label = f"bnnzoo chees, {chains} chains" + (", compiled" if compile else "")
+            plan.append(lambda seed, chains=chains, label=label, compile=compile: bnnzoo_engine(
+                label, data, "chees", chains, args.draws, args.chees_warmup, seed, compile=compile))
     if not args.skip_fast_nuts:
-        plan.append(lambda seed: bnnzoo_engine("pyro NUTS, fast potential", data, "nuts", 2, args.draws,
+        slow.append(lambda seed: bnnzoo_engine("pyro NUTS, fast potential", data, "nuts", 2, args.draws,
                                                args.warmup, seed))
     if not args.skip_stock:
         stock = args.stock_draws or args.draws
-        plan.append(lambda seed: bnnzoo_engine("pyro NUTS, stock", data, "nuts", 2, stock,
+        slow.append(lambda seed: bnnzoo_engine("pyro NUTS, stock", data, "nuts", 2, stock,
                                                min(args.warmup, stock // 2), seed, fast=False))
-    rows = []
-    for seed in range(args.seeds):  # seeds interleaved, so a drift in machine load hits every engine alike
-        for measure in plan:  # results are written after every run, so a long run keeps what it measured
-            rows.append({"seed": seed, **measure(seed)})
-            print(rows[-1], flush=True)
-            table = report(rows, args)
+    # seeds interleaved, so a drift in machine load hits every engine alike; the slow engines last;
+    # results are written after every run, so a long run keeps what it measured
+    schedule = [(seed, m) for seed in range(args.seeds) for m in plan]
+    schedule += [(seed, m) for seed in range(args.slow_seeds) for m in slow]
+    rows, table = [], ""
+    for seed, measure in schedule:
+        rows.append({"seed": seed, **measure(seed)})
+        print(rows[-1], flush=True)
+        table = report(rows, args)
     print(table)
 
 
@@ -136,10 +158,11 @@ def summarise(rows: list[dict]) -> list[dict]:
         line = {"engine": name, "runs": len(runs), "chains": runs[0]["chains"], "draws": runs[0]["draws"],
                 "converged": sum(r["converged"] for r in runs),
                 "rhat_max": max(r["rhat_max"] for r in runs)}
-        for key in ("wall_s", "mean_accept", "grads_per_draw", "ess_lp", "ess_f_min", "ess_per_s"):
+        for key in ("wall_s", "compile_s", "mean_accept", "grads_per_draw", "ess_lp", "ess_f_min", "ess_per_s"):
             values = [r[key] for r in runs if r.get(key) is not None]
             line[key] = float(np.median(values)) if values else None
         line["ess_per_s_range"] = f"{min(r['ess_per_s'] for r in runs):.2f}-{max(r['ess_per_s'] for r in runs):.2f}"
+        line["first_wall_s"] = runs[0]["wall_s"]
         lines.append(line)
     reference = next((r["ess_per_s"] for r in lines if r["engine"] == "numpyro NUTS"), None)
     stock_rate = next((r["ess_per_s"] for r in lines if r["engine"] == "pyro NUTS, stock"), None)
@@ -151,11 +174,15 @@ def summarise(rows: list[dict]) -> list[dict]:
 
 def report(rows: list[dict], args) -> str:
     lines = summarise(rows)
-    columns = ["engine", "runs", "converged", "chains", "draws", "wall_s", "mean_accept", "grads_per_draw",
+    columns = ["engine", "runs", "converged", "chains", "draws", "wall_s", "first_wall_s", "compile_s",
+               "mean_accept", "grads_per_draw",
                "ess_lp", "ess_f_min", "rhat_max", "ess_per_s", "ess_per_s_range", "vs_numpyro", "vs_stock_pyro"]
     table = markdown_table(lines, columns)
     table += (f"\n\nMedians over seeds 0..{args.seeds - 1} of each engine (runs interleaved); a run whose "
-              f"R-hat exceeds {MAX_RHAT} or whose ESS is below {MIN_ESS:.0f} scores 0 ESS/s.")
+              f"R-hat exceeds {MAX_RHAT} or whose ESS is below {MIN_ESS:.0f} scores 0 ESS/s. "
+              f"first_wall_s: the seed-0 run (the one that compiled from "
+              f"{'a warm' if args.warm_cache else 'an empty'} inductor cache; NumPyro's first XLA "
+              f"compilation); compile_s: median time in compiling calls, included in wall_s.")
     payload = {"machine": machine(), "settings": vars(args), "summary": lines, "rows": rows}
     js, md = write_results("sampling", payload, table)
     print(f"wrote {js} and {md}", flush=True)

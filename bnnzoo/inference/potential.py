@@ -143,9 +143,11 @@ class BNNPotential(FlatPotential):
         leapfrog update into one C++ loop nest). Needs the analytic path and a C++
         compiler. The first call for each input shape compiles (seconds; about 20 s
         on a machine with an empty inductor cache), later calls and later potentials
-        of the same network reuse the graph; :attr:`compile_seconds` adds up the
-        time of the compiling calls. Minibatch gradients stay eager (their row
-        indices change at every call).
+        of the same network reuse the graph (the data are graph inputs, not
+        constants); :attr:`compile_seconds` adds up the time of the compiling calls.
+        Past dynamo's recompile limit (8 variants per process by default) calls
+        run eagerly, with dynamo's warning. Minibatch gradients stay eager (their
+        row indices change at every call).
     """
 
     def __init__(self, model: BNN, x: Tensor, y: Tensor, analytic: bool = True, compile: bool = False):

@@ -501,6 +501,12 @@ def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_na
     spent = compiled.compile_seconds
     compiled.leapfrog_step(theta, p, grad, 0.02, inv_mass)
     assert compiled.compile_seconds == spent  # same shapes: no compiling call
+    # another data set of the same shapes reuses the graph: the data are inputs, not constants
+    shifted = (x + 1.0, y.flip(0))
+    v1, g1 = BNNPotential(model, *shifted, compile=True).value_and_grad(theta)
+    v2, g2 = BNNPotential(model, *shifted).value_and_grad(theta)
+    torch.testing.assert_close(v1, v2, rtol=1e-10, atol=0)
+    torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-10 * float(g2.abs().max()))
 
 
 def test_compile_refused_where_there_is_no_analytic_path(float64):
