@@ -306,7 +306,7 @@ class BNNPotential(FlatPotential):
         return self._run_compiled("leapfrog_step", theta, p, grad, step_size, inv_mass)
 
     def _run_compiled(self, name: str, *args: Tensor):
-        key = (name,) + tuple(tuple(a.shape) for a in args)
+        key = (name, *(a.shape for a in args))  # torch.Size is hashable: no copies on the hot path
         if key in self._compiled_keys:
             return _compiled(name)(self, *args)
         start = time.perf_counter()

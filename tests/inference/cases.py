@@ -1,4 +1,10 @@
-"""The prior and likelihood cases shared by the model and potential tests."""
+"""The prior and likelihood cases shared by the model and potential tests, and the
+skip marker of the tests that need ``torch.compile``."""
+
+import os
+import shutil
+
+import pytest
 
 from bnnzoo.models import (
     Bernoulli,
@@ -26,3 +32,7 @@ LIKELIHOODS = {
     "bernoulli": (Bernoulli(), 1),
     "categorical": (Categorical(), 3),
 }
+
+#: ``torch.compile`` (inductor on CPU) builds C++: skip where there is no compiler
+needs_compiler = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "g++")) is None, reason="torch.compile needs a C++ compiler")

@@ -2,8 +2,6 @@
 bad options, and C vectorized chains under Pyro's MCMC driver."""
 
 import math
-import os
-import shutil
 
 import numpy as np
 import pyro
@@ -16,6 +14,7 @@ from bnnzoo.inference import ChEESHMC, FlatPotential, run, split_mcmc
 from bnnzoo.inference.chees import _available_memory, halton, mass_windows
 from bnnzoo.inference.integrators import kinetic_energy, leapfrog
 from bnnzoo.models import BNN
+from cases import needs_compiler
 from targets import assert_moments, linear_regression, regression_draws, run_kernel
 
 PROBLEM = linear_regression()
@@ -112,8 +111,7 @@ def test_correlated_ill_scaled_gaussian():
     assert draws.sample_stats["diverging"].sum() == 0
 
 
-@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "g++")) is None, reason="torch.compile needs a C++ compiler"))])
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=needs_compiler)])
 def test_linear_regression_as_bnn_exact_posterior(compile):
     r = run(PROBLEM.spec, (PROBLEM.x, PROBLEM.y), engine="chees", num_samples=200, warmup_steps=300,
             num_chains=16, seed=2, compile=compile)

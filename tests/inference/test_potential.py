@@ -5,8 +5,6 @@ chains, the minibatch estimate, initial points, and a generic Pyro model."""
 from __future__ import annotations
 
 import math
-import os
-import shutil
 
 import numpy as np
 import pyro
@@ -36,7 +34,7 @@ from bnnzoo.models import (
     SpikeAndSlab,
 )
 
-from cases import LIKELIHOODS, PRIORS  # noqa: E402
+from cases import LIKELIHOODS, PRIORS, needs_compiler  # noqa: E402
 
 
 @pytest.fixture
@@ -470,10 +468,6 @@ def test_non_qualifying_models_fall_back_to_autograd(float64):
 
 # ----------------------------------------------------------------------------
 # compile=True: the same numbers from torch.compile graphs
-
-needs_compiler = pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "g++")) is None, reason="torch.compile needs a C++ compiler")
-
 
 @needs_compiler
 @pytest.mark.parametrize("activation, prior_name, lik_name", [("tanh", "gaussian", "gaussian"),
