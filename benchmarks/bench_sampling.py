@@ -80,7 +80,7 @@ def bnnzoo_engine(label, data, engine, num_chains, draws, warmup, seed, **option
     stats = r.sample_stats
     extra = {"mean_accept": float(np.mean(stats["acceptance_rate"])),
              "grads_per_draw": float(np.mean(stats["n_steps"])) if "n_steps" in stats else None,
-             "compile_s": r.extras.get("compile_seconds")}
+             "compile_s": r.compile_seconds}
     return score(label, wall, stats["lp"], f, extra)
 
 

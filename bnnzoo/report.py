@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .diagnostics import plots  # noqa: E402
+from .diagnostics import plots, to_inference_data  # noqa: E402
 from .workbench import format_table  # noqa: E402
 
 READING_GUIDE = """\
@@ -50,14 +50,14 @@ def _save(fig, path: Path) -> str:
     return path.name
 
 
-def _figures(label: str, run, out: Path) -> list[str]:
+def _figures(label: str, run, idata, out: Path) -> list[str]:
     """Figures of one run; a figure that does not apply (no energy) is skipped and said so."""
     lines = []
-    makers = [("trace", lambda: plots.plot_trace(run.idata))]
+    makers = [("trace", lambda: plots.plot_trace(idata))]
     if "energy" in run.sample_stats:
-        makers.append(("energy", lambda: plots.plot_energy(run.idata)))
+        makers.append(("energy", lambda: plots.plot_energy(idata)))
     if "acceptance_rate" in run.sample_stats:
-        makers.append(("acceptance", lambda: plots.plot_acceptance(run.idata)))
+        makers.append(("acceptance", lambda: plots.plot_acceptance(idata)))
     if run.model.task == "regression" and run.model.spec.num_inputs == 1:
         makers.append(("predictive", lambda: plots.plot_predictive_band(run)))
     for kind, make in makers:
@@ -77,11 +77,12 @@ def write_report(table: pd.DataFrame, runs: Mapping[str, object], out: str | Pat
              f"({platform.python_implementation()} {platform.python_version()}).", "",
              "## Comparison", "", format_table(table), ""]
     for label, run in runs.items():
-        run.idata.to_netcdf(str(out / f"{_safe(label)}.nc"))
+        idata = to_inference_data(run)
+        idata.to_netcdf(str(out / f"{_safe(label)}.nc"))
         lines += [f"## {label}", "",
                   f"{run.num_chains} chains x {run.num_draws} draws, {run.wall_time:.1f} s. "
                   f"Options: `{run.options}`", ""]
-        lines += _figures(label, run, out) + [""]
+        lines += _figures(label, run, idata, out) + [""]
     lines.append(READING_GUIDE)
     path = out / "report.md"
     path.write_text("\n".join(lines))

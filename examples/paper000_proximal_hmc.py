@@ -64,7 +64,7 @@ from pyro.infer import MCMC
 from bnnzoo.data import load
 from bnnzoo.diagnostics.predictive import predictive_metrics
 from bnnzoo.diagnostics.summary import mixing
-from bnnzoo.draws import split_mcmc
+from bnnzoo.results import split_mcmc
 from bnnzoo.inference import NUTS, ProximalHMC, RandomWalkMH, Run
 from bnnzoo.inference.map_fit import map_fit
 from bnnzoo.inference.potential import BNNPotential, initial_theta

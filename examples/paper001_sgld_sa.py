@@ -123,7 +123,7 @@ def regression_run(method: str, v0: float, sigma: float, iterations: int, num_dr
         stats = r.sample_stats
         out["sigma_trace"] = stats["sigma[layers.0.weight]"][0]
         out["delta_trace"] = stats["delta[layers.0.weight]"][0]
-        rho = r.extras["inclusion_prob"]["layers.0.weight"][0, 0]
+        rho = r.inclusion_prob["layers.0.weight"][0, 0]
         out["selected"] = [int(j) for j in np.flatnonzero(rho > 0.5)]
     return out
 
@@ -282,7 +282,7 @@ def classification_run(method: str, epochs: int, num_draws: int, seed: int) -> d
             r = run(cnn_spec(prior), data, engine="sghmc_sa", sa_scale=1.0, sa_offset=1000.0, sa_power=0.75,
                     beta_a=float(p), beta_b=float(p), ig_nu=1.0, ig_lambda=1.0, **common)
             stats = r.sample_stats
-            rho = r.extras["inclusion_prob"]["layers.1.weight"]
+            rho = r.inclusion_prob["layers.1.weight"]
             extra = {"sigma": float(stats["sigma[layers.1.weight]"][0, -1]),
                      "delta": float(stats["delta[layers.1.weight]"][0, -1]),
                      "included": float((rho > 0.5).mean())}

@@ -83,14 +83,14 @@ def one_run(task: str, method: str, epochs: int, n_train: int, seed: int, thread
         cycle = iterations // CYCLES
         r = run(spec(task, GroupSpikeAndSlab(), p), data, engine="sghmc_group_ss", cycle_length=cycle,
                 warmup_steps=(CYCLES - KEPT_CYCLES) * cycle, num_samples=KEPT_CYCLES, **PAPER[task], **common)
-        kept = r.extras["pruning_mask"]["layers.0.weight"][0].any(0)
+        kept = r.pruning_mask["layers.0.weight"][0].any(0)
     else:
         warmup, draws = iterations // 2, 20
         sgd = dict(step_size=5e-7 if task == "regression" else 2e-6, friction=0.1, warmup_steps=warmup,
                    num_samples=draws, thin=max(1, (iterations - warmup) // draws), init_radius=0.1)
         if method == "SGHMC-SA":
             r = run(spec(task, SpikeAndSlab(v0=0.1, v1=10.0), p), data, engine="sghmc_sa", **sgd, **common)
-            kept = (r.extras["inclusion_prob"]["layers.0.weight"][0] > 0.5).any(0)
+            kept = (r.inclusion_prob["layers.0.weight"][0] > 0.5).any(0)
         else:
             r = run(spec(task, None, p), data, engine="sghmc", **sgd, **common)
             kept = (r.samples["layers.0.weight"][0, -1] ** 2).mean(0) >= HARD

@@ -2,7 +2,7 @@
 
 This package never imports an inference kernel at import time: it reads a
 :class:`~bnnzoo.inference.Run` (duck-typed) or a finished ``pyro.infer.MCMC``
-(through :func:`bnnzoo.draws.split_mcmc`). The acceptance experiments of
+(through :func:`bnnzoo.results.split_mcmc`). The acceptance experiments of
 :mod:`.acceptance` run the ``fixed_hmc`` engine, importing it inside the call.
 """
 

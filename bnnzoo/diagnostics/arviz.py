@@ -93,7 +93,7 @@ def to_inference_data(run_or_mcmc, *, model=None, data=None, log_likelihood: boo
     ----------
     run_or_mcmc : Run or pyro.infer.MCMC
         A Run (duck-typed: ``samples``, ``sample_stats``, ``model``, ``data``,
-        ``engine``, ``wall_time``, ``options``, ``extras``), or an MCMC run with
+        ``engine``, ``wall_time``, ``options`` and the typed results), or an MCMC run with
         bnnzoo's kernels or Pyro's own (vectorized chains are split back).
     model : BNN or Pyro model, optional
         MCMC only: the model, to compute ``log_likelihood`` and
@@ -149,7 +149,6 @@ def _is_svi(run) -> bool:
 
 
 def _from_run(run) -> _Source:
-    extras = dict(getattr(run, "extras", None) or {})
     data = run.data
     svi = _is_svi(run)
     options = dict(getattr(run, "options", None) or {})
@@ -163,24 +162,24 @@ def _from_run(run) -> _Source:
     }
     if svi:
         attrs["guide"] = "mean-field Normal on the unconstrained parameters"
-    attrs.update(extras.get("idata_attrs") or {})  # engine notes, e.g. SG-MCMC's minibatch lp
+    attrs.update(run.notes)  # engine notes, e.g. SG-MCMC's minibatch lp
     spec = getattr(run.model, "spec", None)
     if spec is not None and getattr(spec, "name", None):
         attrs["model"] = str(spec.name)
-    loss = extras.get("loss")
+    vi = run.vi
     return _Source(
         samples={k: np.asarray(v) for k, v in run.samples.items()},
         sample_stats={k: np.asarray(v) for k, v in run.sample_stats.items()},
-        warmup_stats={k: np.asarray(v) for k, v in (extras.get("warmup_sample_stats") or {}).items()},
+        warmup_stats={k: np.asarray(v) for k, v in run.warmup_sample_stats.items()},
         model=run.model, args=(data.x_train, data.y_train), x_test=data.x_test,
-        attrs=attrs, loss=None if loss is None else np.asarray(loss),
-        vi_trace={k: np.asarray(v) for k, v in (extras.get("vi_trace") or {}).items()},
-        inclusion_prob={k: np.asarray(v) for k, v in (extras.get("inclusion_prob") or {}).items()},
+        attrs=attrs, loss=None if vi is None else np.asarray(vi.loss),
+        vi_trace={} if vi is None else {k: np.asarray(v) for k, v in vi.terms.items()},
+        inclusion_prob={k: np.asarray(v) for k, v in (run.inclusion_prob or {}).items()},
     )
 
 
 def _from_mcmc(mcmc, model, data) -> _Source:
-    from ..draws import split_mcmc  # the inference -> diagnostics hand-off, imports no kernel
+    from ..results import split_mcmc  # the inference -> diagnostics hand-off, imports no kernel
 
     draws = split_mcmc(mcmc)
     args, x_test = (), None
@@ -363,7 +362,7 @@ def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_si
 
 
 def _inclusion_group(inclusion: Mapping[str, np.ndarray], model) -> xr.Dataset:
-    """Final inclusion probabilities of a spike-and-slab SA run (``Run.extras["inclusion_prob"]``):
+    """Final inclusion probabilities of a spike-and-slab SA run (``Run.inclusion_prob``):
     one variable per sparse site, ``(chain, *site dims)``, named like the posterior's."""
     data = {name: (["chain"] + site_dims(name, v.shape[1:], model), np.asarray(v, dtype=np.float64))
             for name, v in inclusion.items()}

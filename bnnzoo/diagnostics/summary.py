@@ -25,7 +25,7 @@ import arviz as az
 import numpy as np
 import pandas as pd
 
-from .arviz import posterior_dataset
+from .arviz import posterior_dataset, to_inference_data
 from .predictive import function_draws
 
 SPARSITY_THRESHOLD = 1e-2
@@ -51,8 +51,8 @@ def _quiet():
 def _idata(idata_or_run):
     if hasattr(idata_or_run, "posterior"):
         return idata_or_run
-    if hasattr(idata_or_run, "idata"):
-        return idata_or_run.idata
+    if hasattr(idata_or_run, "samples") and hasattr(idata_or_run, "engine"):
+        return to_inference_data(idata_or_run)
     raise TypeError(f"expected arviz.InferenceData or a bnnzoo Run, got {type(idata_or_run).__name__}")
 
 

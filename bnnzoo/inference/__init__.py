@@ -3,7 +3,7 @@
 from . import vi  # noqa: F401  (registers the "svi" engine)
 from .base import DualAveraging, FlatKernel
 from .chees import ChEESHMC
-from ..draws import Draws, split_mcmc
+from ..results import Draws, split_mcmc
 from .engines import ENGINES, Engine, Run, engine, run
 from .hmc import HMC, NUTS
 from .potential import BNNPotential, FlatPotential, PyroPotential, make_potential

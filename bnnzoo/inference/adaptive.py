@@ -60,7 +60,7 @@ exactly zero, i.e. pruned) and ``sa_step_size`` (:math:`\omega_k`). ``lp`` is a
 minibatch estimate of the log joint density of the weights and the data under the
 current hyperparameters (spike-and-slab indicator marginalised; the pinned noise
 variance, a hyperparameter, adds no prior term). The final inclusion probabilities
-:math:`\rho` per weight are in ``Run.extras["inclusion_prob"]`` (``[chain, *shape]``
+:math:`\rho` per weight are in ``Run.inclusion_prob`` (``[chain, *shape]``
 per sparse site) and in the InferenceData group ``inclusion_prob``.
 
 References
@@ -77,7 +77,7 @@ from dataclasses import dataclass
 import pyro
 import torch
 
-from ..draws import Draws
+from ..results import Draws
 from ..models.likelihoods import GaussianLikelihood
 from ..models.priors import SpikeAndSlab, spike_slab_log_density
 from .base import check_positive_option
@@ -438,8 +438,8 @@ class AdaptiveSpikeSlab:
         stats["sa_step_size"] = torch.full((self.num_chains,), float(self._omega))
         return stats
 
-    def run_extras(self) -> dict:
-        extras = super().run_extras()
+    def final_state(self) -> dict:
+        extras = super().final_state()
         if self._sa is not None:
             extras["inclusion_prob"] = {s.name: r.reshape((self.num_chains,) + s.shape).numpy()
                                         for s, r in zip(self._sites, self._sa.rho)}

@@ -2,7 +2,7 @@
 
 Every engine takes the same core arguments (model, training data, number of
 draws, warm-up steps, chains, seed) plus its own options, and returns
-:class:`~bnnzoo.draws.Draws`. A new engine is one function and one
+:class:`~bnnzoo.results.Draws`. A new engine is one function and one
 ``@engine(...)`` line.
 """
 
@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -22,7 +21,7 @@ from pyro.infer import MCMC
 from ..data import Dataset, check_data, load
 from ..models import BNN, zoo
 from ..models.spec import spec_from
-from ..draws import Draws, split_mcmc
+from ..results import Draws, Run, split_mcmc
 from .hmc import HMC, NUTS
 from .potential import BNNPotential, FlatPotential, initial_theta, make_potential
 from .rwmh import RandomWalkMH
@@ -62,68 +61,6 @@ def engine(name: str, kind: str = "mcmc"):
     return register
 
 
-# ---------------------------------------------------------------- the Run
-@dataclass
-class Run:
-    """The result of one engine on one model and data set.
-
-    Attributes
-    ----------
-    samples : dict of ndarray
-        Constrained draws, ``[chain, draw, *shape]`` per site.
-    sample_stats : dict of ndarray
-        Per-draw sampler statistics (ArviZ names), ``[chain, draw]``.
-    wall_time : float
-        Seconds spent in the engine (set-up, warm-up and sampling).
-    """
-
-    engine: str
-    kind: str  # "mcmc" or "vi"
-    model: BNN
-    data: Dataset
-    samples: dict[str, np.ndarray]
-    sample_stats: dict[str, np.ndarray]
-    wall_time: float
-    options: dict[str, Any] = field(default_factory=dict)
-    extras: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def num_chains(self) -> int:
-        return next(iter(self.samples.values())).shape[0]
-
-    @property
-    def num_draws(self) -> int:
-        return next(iter(self.samples.values())).shape[1]
-
-    def values(self, chunk: slice | None = None) -> dict[str, torch.Tensor]:
-        """Draws as tensors with one flat batch dim ``[chain * draw, ...]`` (optionally a slice of it)."""
-        dtype = torch.get_default_dtype()
-        out = {}
-        for name, v in self.samples.items():
-            flat = v.reshape((-1,) + v.shape[2:])
-            out[name] = torch.as_tensor(flat if chunk is None else flat[chunk], dtype=dtype)
-        return out
-
-    def predict(self, x, chunk_size: int = 256) -> np.ndarray:
-        """Network outputs ``f`` at ``x`` for every draw: ``[chain, draw, N, out]``."""
-        x = torch.as_tensor(np.asarray(x), dtype=torch.get_default_dtype())
-        total = self.num_chains * self.num_draws
-        parts = []
-        with torch.no_grad():
-            for start in range(0, total, chunk_size):
-                values = self.values(slice(start, start + chunk_size))
-                parts.append(self.model.apply(values, x).cpu().numpy())
-        f = np.concatenate(parts)
-        return f.reshape((self.num_chains, self.num_draws) + f.shape[1:])
-
-    @cached_property
-    def idata(self):
-        """The run as ``arviz.InferenceData`` (built once)."""
-        from ..diagnostics.arviz import to_inference_data  # diagnostics sits downstream
-
-        return to_inference_data(self)
-
-
 # ------------------------------------------------------------- helpers
 def _resolve_model(model_or_spec) -> BNN:
     if isinstance(model_or_spec, BNN):
@@ -159,7 +96,7 @@ def _resolve_data(data, model: BNN, seed: int) -> Dataset:
 def _recommended_options(spec: Engine, model: BNN, options: dict) -> tuple[dict, dict]:
     """Fill a ``target_accept`` whose default is None ("recommended for this model")
     with :func:`~bnnzoo.inference.tuning.recommend_target_accept`, so that the run
-    records the value used; the reason goes to ``Run.extras["idata_attrs"]["target_accept_reason"]``
+    records the value used; the reason goes to ``Run.notes["target_accept_reason"]``
     (an attribute of the run's InferenceData)."""
     if "target_accept" not in spec.defaults() or spec.defaults()["target_accept"] is not None \
             or options.get("target_accept") is not None:
@@ -213,17 +150,12 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     draws = spec.fn(model=model, x=data.x_train, y=data.y_train, num_samples=num_samples,
                     warmup_steps=warmup_steps, num_chains=num_chains, progress=progress, **engine_options)
     wall = time.perf_counter() - start
-    extras = dict(draws.extras)
-    if tuning:  # into the InferenceData's attrs too
-        extras["idata_attrs"] = {**tuning, **extras.get("idata_attrs", {})}
+    draws.notes.update(tuning)  # into the InferenceData's attrs too
     counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
     if spec.kind == "mcmc":
         counts["warmup_steps"] = warmup_steps
-    if draws.warmup_sample_stats:
-        extras["warmup_sample_stats"] = draws.warmup_sample_stats
-    return Run(engine, spec.kind, model, data, draws.samples, draws.sample_stats, wall,
-               options={**counts, **spec.defaults(), **engine_options},
-               extras=extras)
+    return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=data, wall_time=wall,
+                          options={**counts, **spec.defaults(), **engine_options})
 
 
 # ------------------------------------------------------------- MCMC engines
@@ -315,7 +247,7 @@ def chees(model, x, y, num_samples, warmup_steps, num_chains, progress, step_siz
 
     ``compile=True`` runs the potential and the leapfrog step as ``torch.compile``
     graphs (:class:`~bnnzoo.inference.potential.BNNPotential`); the time spent
-    compiling is in ``Run.extras["compile_seconds"]``."""
+    compiling is in ``Run.compile_seconds``."""
     from .chees import ChEESHMC, check_memory
 
     potential = make_potential(model, x, y, compile=compile)
@@ -331,9 +263,8 @@ def chees(model, x, y, num_samples, warmup_steps, num_chains, progress, step_siz
 
 
 def with_compile_time(draws: Draws, potential: FlatPotential) -> Draws:
-    """Record a compiled potential's compile time in the run's extras (and InferenceData attrs)."""
+    """Record a compiled potential's compile time in the draws (and InferenceData attrs)."""
     if getattr(potential, "compile", False):
-        draws.extras["compile_seconds"] = potential.compile_seconds
-        draws.extras["idata_attrs"] = {**draws.extras.get("idata_attrs", {}),
-                                       "compile_seconds": potential.compile_seconds}
+        draws.compile_seconds = potential.compile_seconds
+        draws.notes["compile_seconds"] = potential.compile_seconds
     return draws

@@ -9,7 +9,7 @@ target: what :func:`bnnzoo.diagnostics.acceptance.acceptance_sweep` tabulates.
 
 from __future__ import annotations
 
-from ..draws import Draws
+from ..results import Draws
 from .base import check_positive_int, check_positive_option
 from .chees import ChEESHMC
 from .engines import engine, run_mcmc, with_compile_time

@@ -47,7 +47,7 @@ the log density under the *model's* priors, as for SGLD/SGHMC), ``diverging``,
 ``sparsity`` (fraction of the grouped weights pruned), and per grouped site
 ``active_groups[<site>]`` (groups not pruned) and ``slab_groups[<site>]`` (groups
 in the slab). A chain whose step is not finite keeps its point and state and
-counts a divergence. The final masks are in ``Run.extras["pruning_mask"]``.
+counts a divergence. The final masks are in ``Run.pruning_mask``.
 
 The same update for a plain ``torch.nn.Module``: :class:`GroupSparseSGHMCOptimizer`.
 
@@ -69,7 +69,7 @@ import numpy as np
 import pyro
 import torch
 
-from ..draws import Draws
+from ..results import Draws
 from ..models.priors import GroupSpikeAndSlab, group_dims
 from .adaptive import minibatch_data
 from .base import check_positive_option
@@ -454,8 +454,8 @@ class GroupSparseSGHMC(SGMCMCKernel):
             stats[f"active_groups[{site.name}]"], stats[f"slab_groups[{site.name}]"] = self._group_counts(site, slab)
         return stats
 
-    def run_extras(self) -> dict:
-        extras = super().run_extras()
+    def final_state(self) -> dict:
+        extras = super().final_state()
         if self._keep is not None:
             extras["pruning_mask"] = {s.name: self._site_view(self._keep, s).numpy() for s in self._sites}
         return extras
@@ -596,5 +596,5 @@ def sghmc_group_ss(model, x, y, num_samples, warmup_steps, num_chains, progress,
     """Group spike-and-slab SGHMC (paper 004): EM weight decay per group, one-shot group pruning, cyclical steps."""
     draws = run_engine(GroupSparseSGHMC, locals())
     if schedule == "cyclical":
-        draws.extras["idata_attrs"]["iterations_per_draw"] = f"{thin} cycle(s): draws at cycle ends"
+        draws.notes["iterations_per_draw"] = f"{thin} cycle(s): draws at cycle ends"
     return draws

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import torch
 
-from ..draws import Draws
+from ..results import Draws
 from .base import check_fraction_option, check_positive_int, check_positive_option, metropolis_accept
 from .chees import MAX_ENERGY_ERROR, ChEESHMC, harmonic_mean_acceptance
 from .engines import CHAIN_METHODS, _chain_method, engine, run_mcmc, with_compile_time

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from pyro.infer import MCMC
 
-from ..draws import Draws, split_mcmc
+from ..results import Draws, split_mcmc
 from .base import FlatKernel, check_positive_option
 from .engines import _chain_method, engine
 from .potential import make_potential
@@ -351,8 +351,9 @@ class SGMCMCKernel(FlatKernel):
         return {"sparsity": self._pruner.sparsity()} if self._pruner is not None else {}
 
     # ------------------------------------------------------------ reporting
-    def run_extras(self) -> dict:
-        """Final per-chain quantities for ``Run.extras``: ``{name: {key: [C, ...] array}}``."""
+    def final_state(self) -> dict:
+        """Final per-chain quantities (typed fields of :class:`~bnnzoo.results.Draws`):
+        ``{name: {site: [C, ...] array}}``."""
         if self._pruner is None:
             return {}
         shapes = self.potential.shapes
@@ -362,7 +363,7 @@ class SGMCMCKernel(FlatKernel):
     def diagnostics(self) -> dict:
         out = super().diagnostics()
         out.pop("acceptance rate", None)  # no Metropolis test
-        out["run_extras"] = self.run_extras()
+        out["final_state"] = self.final_state()
         return out
 
     def logging(self):
@@ -466,20 +467,11 @@ class SGHMC(SGMCMCKernel):
 
 
 # ------------------------------------------------------------- the engines
-def _collect_run_extras(diagnostics: list[dict]) -> dict:
-    """Concatenate the kernels' ``run_extras`` over Pyro chains: ``[chain, ...]`` arrays."""
-    rows = [d.get("run_extras") or {} for d in diagnostics if d]
-    if not rows or not rows[0]:
-        return {}
-    return {name: {key: np.concatenate([r[name][key] for r in rows]) for key in rows[0][name]}
-            for name in rows[0]}
-
-
 def run_sgmcmc(kernel_cls, model, x, y, num_samples: int, warmup_steps: int, num_chains: int,
                progress: bool, chain_method: str = "vectorized", init_radius: float = 1.0,
                **kernel_options) -> Draws:
     """Run an SG-MCMC kernel under Pyro's ``MCMC``; the draws carry the kernel's
-    ``run_extras`` (e.g. the final inclusion probabilities) and InferenceData
+    ``final_state`` (e.g. the final inclusion probabilities) and InferenceData
     attributes marking ``lp`` as a minibatch estimate."""
     vectorized = _chain_method(chain_method)
     potential = make_potential(model, x, y)
@@ -491,10 +483,9 @@ def run_sgmcmc(kernel_cls, model, x, y, num_samples: int, warmup_steps: int, num
                 disable_progbar=not progress)
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)
-    draws.extras.update(_collect_run_extras(mcmc._diagnostics))
     full_data = kernel.batch_size is None or kernel.batch_size == getattr(potential, "num_data", None)
-    draws.extras["idata_attrs"] = {"lp_estimate": LP_FULL_DATA if full_data else LP_NOTE,
-                                   "iterations_per_draw": kernel.thin}
+    draws.notes.update({"lp_estimate": LP_FULL_DATA if full_data else LP_NOTE,
+                        "iterations_per_draw": kernel.thin})
     return draws
 
 

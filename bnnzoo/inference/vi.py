@@ -89,7 +89,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..draws import Draws
+from ..results import Draws, VITrace
 from .base import check_positive_option
 from .engines import engine
 from .optim import make_optimizer, optimizer_spec
@@ -612,11 +612,8 @@ def svi(model, x, y, num_samples, warmup_steps, num_chains, progress, num_steps:
         samples = {k: v.numpy() for k, v in potential.constrain(theta).items()}
         lp = -potential(theta.reshape(-1, potential.dim)).reshape(num_chains, num_samples).numpy()
     trace = {k: np.stack([f.trace[k] for f in fits]) for k in TRACES}
-    extras = {
-        "loss": trace["loss"], "skipped_steps": np.array([f.skipped_steps for f in fits]),
-        "vi_trace": {k: v for k, v in trace.items() if k != "loss"},
-        "guide": {"loc": torch.stack([f.guide.loc for f in fits]).numpy(),
-                  "scale": torch.stack([f.guide.scale for f in fits]).numpy()},
-        "num_batches": fits[0].num_batches,
-    }
-    return Draws(samples, {"lp": lp}, extras=extras)
+    vi = VITrace(loss=trace["loss"], terms={k: v for k, v in trace.items() if k != "loss"},
+                 guide={"loc": torch.stack([f.guide.loc for f in fits]).numpy(),
+                        "scale": torch.stack([f.guide.scale for f in fits]).numpy()},
+                 num_batches=fits[0].num_batches, skipped_steps=np.array([f.skipped_steps for f in fits]))
+    return Draws(samples, {"lp": lp}, vi=vi)

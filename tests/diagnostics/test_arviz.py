@@ -10,7 +10,7 @@ import torch
 from pyro.infer import MCMC
 from pyro.infer import NUTS as PyroNUTS
 
-from bnnzoo.diagnostics import site_dims, to_inference_data
+from bnnzoo.diagnostics import site_dims, to_inference_data, summary
 from bnnzoo.inference import NUTS, RandomWalkMH, run
 from bnnzoo.models import BNN, zoo
 
@@ -162,7 +162,7 @@ def test_rwmh_exports_without_energy(rwmh_run):
 def test_svi_loss_trace_and_netcdf(svi_run, tmp_path):
     idata = to_inference_data(svi_run)
     assert "vi_trace" in idata.groups()
-    np.testing.assert_allclose(idata.vi_trace["loss"].values, svi_run.extras["loss"])
+    np.testing.assert_allclose(idata.vi_trace["loss"].values, svi_run.vi.loss)
     assert idata.vi_trace["loss"].dims == ("chain", "step")
     assert idata.posterior.attrs["method"] == "vi"
     assert idata.posterior.attrs["inference_library"] == "pyro"
@@ -170,7 +170,7 @@ def test_svi_loss_trace_and_netcdf(svi_run, tmp_path):
     idata.to_netcdf(str(path))
     back = az.from_netcdf(str(path))
     assert "vi_trace" in back.groups()
-    np.testing.assert_allclose(back.vi_trace["loss"].values, svi_run.extras["loss"])
+    np.testing.assert_allclose(back.vi_trace["loss"].values, svi_run.vi.loss)
 
 
 def test_netcdf_round_trip(rwmh_run, tmp_path):
@@ -186,9 +186,9 @@ def test_netcdf_round_trip(rwmh_run, tmp_path):
     assert back.posterior.attrs["engine"] == "rwmh"
 
 
-def test_run_idata_property_uses_to_inference_data(rwmh_run):
-    assert set(rwmh_run.idata.posterior.data_vars) == set(rwmh_run.samples)
-    assert rwmh_run.idata is rwmh_run.idata
+def test_summary_of_a_run_builds_its_inference_data(rwmh_run):
+    assert set(to_inference_data(rwmh_run).posterior.data_vars) == set(rwmh_run.samples)
+    assert set(summary(rwmh_run)["mean"].index) == set(summary(to_inference_data(rwmh_run))["mean"].index)
 
 
 def test_optional_groups_and_bad_arguments(rwmh_run):

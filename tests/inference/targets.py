@@ -176,7 +176,7 @@ def run_kernel(kernel_cls, potential, num_chains, num_samples, warmup_steps, see
     import pyro
     from pyro.infer import MCMC
 
-    from bnnzoo.draws import split_mcmc
+    from bnnzoo.results import split_mcmc
 
     pyro.set_rng_seed(seed)
     kernel = kernel_cls(potential=potential, num_chains=num_chains, **options)

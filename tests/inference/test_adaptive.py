@@ -3,6 +3,7 @@ functions (against closed forms, the prior module and brute-force maximisation),
 the kernels' force, variable selection on a sparse linear model, statistics and
 the InferenceData export, and bad options."""
 
+from bnnzoo.diagnostics import to_inference_data
 import math
 
 import numpy as np
@@ -148,7 +149,7 @@ def test_sparse_linear_model_selects_the_true_coefficients():
                    likelihood=GaussianLikelihood("learned"))
     r = run(spec, data, engine="sgld_sa", num_samples=250, warmup_steps=0, num_chains=2, seed=0, step_size=1e-3,
             batch_size=50, thin=10, init_radius=0.1)
-    rho = r.extras["inclusion_prob"]["layers.0.weight"][:, 0]  # [chain, p]
+    rho = r.inclusion_prob["layers.0.weight"][:, 0]  # [chain, p]
     assert rho.shape == (2, 100)
     assert (rho[:, :3] > 0.8).all(), rho[:, :3]
     assert (rho[:, 3:] < 0.05).all(), rho[:, 3:].max()
@@ -184,9 +185,9 @@ def test_sa_statistics(sa_run):
 
 
 def test_inclusion_probabilities_in_inference_data(sa_run, tmp_path):
-    rho = sa_run.extras["inclusion_prob"]["layers.0.weight"]
+    rho = sa_run.inclusion_prob["layers.0.weight"]
     assert rho.shape == (2, 3, 6) and ((rho >= 0) & (rho <= 1)).all()
-    idata = sa_run.idata
+    idata = to_inference_data(sa_run)
     group = idata.inclusion_prob["layers.0.weight"]
     assert group.dims == ("chain", "layers.0.weight_out", "layers.0.weight_in")
     np.testing.assert_allclose(group.values, rho)
@@ -213,7 +214,7 @@ def test_em_mode_and_sghmc_sa_on_classification():
     assert (stats["sa_step_size"] == 1.0).all()
     sigmas = [stats[f"sigma[layers.{i}.{kind}]"] for i in (0, 1) for kind in ("weight", "bias")]
     assert len({float(s[0, -1]) for s in sigmas}) == 4  # one sigma per sparse site
-    assert set(r.extras["inclusion_prob"]) == {"layers.0.weight", "layers.0.bias", "layers.1.weight",
+    assert set(r.inclusion_prob) == {"layers.0.weight", "layers.0.bias", "layers.1.weight",
                                                "layers.1.bias"}
     assert not stats["diverging"].any()
     shared = run(spec, data, engine="sgld_sa", num_samples=5, warmup_steps=5, num_chains=1, seed=0,
@@ -255,7 +256,7 @@ def test_sghmc_sa_kernel_is_a_pyro_kernel():
     mcmc.run(x, y)
     assert mcmc.get_samples()["layers.0.weight"].shape == (10, 3, 1, 5)
     assert kernel.state.rho[0].shape == (3, 5)
-    assert kernel.diagnostics()["run_extras"]["inclusion_prob"]["layers.0.weight"].shape == (3, 1, 5)
+    assert kernel.diagnostics()["final_state"]["inclusion_prob"]["layers.0.weight"].shape == (3, 1, 5)
 
 
 @pytest.mark.slow
@@ -272,6 +273,6 @@ def test_paper_regression_sa_beats_em():
         prediction = r.predict(data.x_test)[..., 0].mean((0, 1))
         mse[mode] = float(((prediction - data.y_test.numpy()) ** 2).mean())
         if mode == "sa":
-            rho = r.extras["inclusion_prob"]["layers.0.weight"][0, 0]
+            rho = r.inclusion_prob["layers.0.weight"][0, 0]
             assert rho[0] > 0.9 and rho[1] > 0.9 and (rho[3:] < 0.5).all()  # beta_3 = 1 may be missed
     assert mse["sa"] < 6.0 < mse["em"], mse

@@ -3,6 +3,7 @@ functions, hard pruning, the kernel and the optimizer giving the same updates,
 variable selection on a small synthetic problem, draws at cycle ends, statistics
 and the InferenceData export, divergences and bad options."""
 
+from bnnzoo.diagnostics import to_inference_data
 import math
 
 import numpy as np
@@ -145,7 +146,7 @@ def test_relevant_input_groups_survive_and_irrelevant_ones_are_pruned():
     r = run(spec, (x, y), engine="sghmc_group_ss", num_samples=1, warmup_steps=1200, num_chains=2, seed=0,
             batch_size=256, cycle_length=400, step_size=0.1, em_warmup=100, init_radius=0.1, spike_decay=0.5,
             soft_threshold=0.02)
-    kept = r.extras["pruning_mask"]["layers.0.weight"][:, 0, :]  # [chain, input]
+    kept = r.pruning_mask["layers.0.weight"][:, 0, :]  # [chain, input]
     assert kept[:, :3].all(), kept[:, :3]
     assert not kept[:, 3:].any(), np.flatnonzero(kept[:, 3:])
     w = r.samples["layers.0.weight"][:, -1]
@@ -178,7 +179,7 @@ def test_draws_are_cycle_ends(small_run):
 
 
 def test_inference_data_summary_and_prediction(small_run):
-    idata = small_run.idata
+    idata = to_inference_data(small_run)
     assert idata.posterior["layers.0.weight"].shape == (2, 4, 3, 8)
     for name in ("step_size", "sparsity", "active_groups[layers.0.weight]", "lp", "diverging"):
         assert name in idata.sample_stats, name
@@ -188,7 +189,7 @@ def test_inference_data_summary_and_prediction(small_run):
     table = summary(small_run)
     assert np.isfinite(table.loc["layers.1.bias[0]", "mean"])
     assert small_run.predict(torch.randn(5, 8)).shape == (2, 4, 5, 1)
-    assert small_run.extras["pruning_mask"]["layers.0.weight"].shape == (2, 3, 8)
+    assert small_run.pruning_mask["layers.0.weight"].shape == (2, 3, 8)
 
 
 def test_non_finite_step_is_a_rejected_counted_divergence():

@@ -70,7 +70,7 @@ def test_pruning_reaches_its_target_and_pruned_weights_stay_zero(engine, options
     assert (r.samples["layers.0.bias"] != 0).all()  # biases are not pruned
     assert r.sample_stats["sparsity"][:, -1] == pytest.approx(0.7, abs=0.05)
     assert np.all(np.diff(r.sample_stats["sparsity"], axis=1) >= 0)
-    masks = r.extras["pruning_mask"]
+    masks = r.pruning_mask
     np.testing.assert_array_equal(masks["layers.0.weight"], r.samples["layers.0.weight"][:, -1] != 0)
 
 
@@ -84,7 +84,7 @@ def test_pruning_in_sgld_sa_acts_on_the_sparse_layers():
     assert (r.samples["layers.1.weight"] != 0).all()
     np.testing.assert_allclose(r.sample_stats["sparsity"][:, -1], 0.5)
     # a pruned weight is all spike: its inclusion probability has gone down
-    rho = r.extras["inclusion_prob"]["layers.0.weight"]
+    rho = r.inclusion_prob["layers.0.weight"]
     pruned = r.samples["layers.0.weight"][:, -1] == 0
     assert rho[pruned].mean() < rho[~pruned].mean()
 

@@ -4,6 +4,7 @@ discretised dynamics, and approximately, against the target) and against the
 exact posterior of a Bayesian linear regression with minibatches; statistics,
 thinning, NaN handling and bad options."""
 
+from bnnzoo.diagnostics import to_inference_data
 import itertools
 import math
 
@@ -154,7 +155,7 @@ def test_linear_regression_with_minibatches(engine, options):
     assert set(stats) == {"diverging", "lp", "step_size", "temperature"}  # no Metropolis test
     assert stats["lp"].shape == (8, 600) and np.isfinite(stats["lp"]).all()
     assert not stats["diverging"].any()
-    idata = r.idata
+    idata = to_inference_data(r)
     assert "minibatch" in idata.sample_stats.attrs["lp_estimate"]
     assert "acceptance_rate" not in idata.sample_stats
 

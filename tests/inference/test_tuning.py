@@ -71,11 +71,11 @@ def test_runs_record_the_value_used(engine, activation, expected):
     data = load("cosine", n_train=10, n_test=5)
     r = run(spec, data, engine=engine, num_samples=3, warmup_steps=3, num_chains=2, **options)
     assert r.options["target_accept"] == expected
-    assert str(expected) in r.extras["idata_attrs"]["target_accept_reason"]
+    assert str(expected) in r.notes["target_accept_reason"]
     explicit = run(spec, data, engine=engine, num_samples=3, warmup_steps=3, num_chains=2, target_accept=0.9,
                    **options)
     assert explicit.options["target_accept"] == 0.9
-    assert "target_accept_reason" not in explicit.extras.get("idata_attrs", {})
+    assert "target_accept_reason" not in explicit.notes
 
 
 def test_rule_values_are_the_efficiency_optima():

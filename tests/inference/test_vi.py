@@ -2,6 +2,7 @@
 estimators (same expectation; STL exact at the optimum of a conjugate model),
 minibatch objectives with known optima, the engine's options, traces and errors."""
 
+from bnnzoo.diagnostics import to_inference_data
 import math
 
 import numpy as np
@@ -291,9 +292,9 @@ def test_svi_engine_exports_traces_and_appears_in_compare():
     assert list(table.index) == ["stl-blundell", "score"]
     assert np.isfinite(table["rmse"]).all()
     r = runs["stl-blundell"]
-    assert r.extras["loss"].shape == (2, 120) and r.extras["num_batches"] == 4
-    assert r.extras["guide"]["loc"].shape == (2, 4)
-    idata = r.idata
+    assert r.vi.loss.shape == (2, 120) and r.vi.num_batches == 4
+    assert r.vi.guide["loc"].shape == (2, 4)
+    idata = to_inference_data(r)
     trace = idata.vi_trace
     for name in ("loss", "elbo", "nll", "kl", "lr_loc", "lr_scale"):
         assert trace[name].dims == ("chain", "step") and trace[name].shape == (2, 120), name
@@ -307,8 +308,8 @@ def test_non_gaussian_priors_use_monte_carlo_kl(prior):
     problem = linear_regression(n=30)
     spec = BNNSpec(layers=[Dense(1)], input_dim=3, prior=prior, likelihood=GaussianLikelihood(0.5))
     r = run(spec, (problem.x, problem.y), engine="svi", num_samples=20, num_chains=1, num_steps=150, lr=0.05)
-    kl = r.extras["vi_trace"]["kl"][0]
-    assert np.isfinite(kl).all() and np.isfinite(r.extras["loss"]).all()
+    kl = r.vi.terms["kl"][0]
+    assert np.isfinite(kl).all() and np.isfinite(r.vi.loss).all()
     assert kl[-20:].mean() < kl[:20].mean()
     with pytest.raises(ValueError, match="kl='analytic' needs an iid Gaussian prior.*layers.0.weight"):
         run(spec, (problem.x, problem.y), engine="svi", num_samples=5, num_chains=1, kl="analytic")

@@ -1,0 +1,206 @@
+"""What a finished run hands on: draws chain by chain, sampler statistics and typed engine results.
+
+The hand-off between ``inference`` (which builds these containers) and
+``diagnostics`` (which reads them). Plain data, no sampler logic: this module
+imports nothing from ``bnnzoo.inference`` or ``bnnzoo.diagnostics``.
+
+* :class:`Draws`: what an engine returns: ``samples[name] -> [chain, draw, ...]``
+  (constrained), ``sample_stats[name] -> [chain, draw]`` and the typed results
+  some engines add (inclusion probabilities, pruning masks, a VI trace,
+  compile time, notes for the InferenceData attributes).
+* :class:`Run`: :class:`Draws` plus what ``run()`` knows: engine, model, data,
+  options and wall time.
+* :func:`split_mcmc`: :class:`Draws` of a finished ``pyro.infer.MCMC`` (bnnzoo's
+  kernels or Pyro's own). A bnnzoo kernel that advanced C vectorized chains
+  inside one Pyro chain is split back into C chains; chains keep their integer
+  order (never the string order of ``"chain 10" < "chain 2"``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["Draws", "Run", "VITrace", "split_mcmc"]
+
+
+@dataclass
+class VITrace:
+    """The optimisation record of a VI run, one row per independent fit (chain).
+
+    Attributes
+    ----------
+    loss : ndarray
+        ``[chain, step]`` the negative ELBO estimate of every step.
+    terms : dict of ndarray
+        ``[chain, step]`` per recorded term (e.g. ``nll``, ``kl``, learning rates).
+    guide : dict of ndarray
+        ``loc`` and ``scale`` of each fit's mean-field guide, ``[chain, D]``.
+    num_batches : int
+        Minibatches per epoch.
+    skipped_steps : ndarray
+        ``[chain]`` steps skipped because the loss or a gradient was not finite.
+    """
+
+    loss: np.ndarray
+    terms: dict[str, np.ndarray] = field(default_factory=dict)
+    guide: dict[str, np.ndarray] = field(default_factory=dict)
+    num_batches: int = 1
+    skipped_steps: np.ndarray | None = None
+
+
+@dataclass
+class Draws:
+    """Posterior draws and per-draw statistics, chain-major, with the typed results of an engine.
+
+    Attributes
+    ----------
+    samples : dict of ndarray
+        Constrained draws, ``[chain, draw, *shape]`` per site.
+    sample_stats : dict of ndarray
+        Per-draw sampler statistics (ArviZ names), ``[chain, draw]``.
+    warmup_sample_stats : dict of ndarray
+        The same for the warm-up iterations, where the kernel records them.
+    inclusion_prob : dict of ndarray, optional
+        Final spike-and-slab inclusion probabilities, ``[chain, *shape]`` per sparse site (SA kernels).
+    pruning_mask : dict of ndarray, optional
+        Final keep-masks, ``[chain, *shape]`` per pruned site (pruning kernels).
+    vi : VITrace, optional
+        The optimisation record of a VI run.
+    compile_seconds : float, optional
+        Seconds spent compiling the potential (``compile=True``).
+    notes : dict
+        Short facts for the InferenceData attributes (what ``lp`` estimates,
+        iterations per draw, why a default was chosen, ...).
+    """
+
+    samples: dict[str, np.ndarray]
+    sample_stats: dict[str, np.ndarray] = field(default_factory=dict)
+    warmup_sample_stats: dict[str, np.ndarray] = field(default_factory=dict)
+    inclusion_prob: dict[str, np.ndarray] | None = None
+    pruning_mask: dict[str, np.ndarray] | None = None
+    vi: VITrace | None = None
+    compile_seconds: float | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_chains(self) -> int:
+        return next(iter(self.samples.values())).shape[0]
+
+    @property
+    def num_draws(self) -> int:
+        return next(iter(self.samples.values())).shape[1]
+
+
+@dataclass
+class Run(Draws):
+    """The result of one engine on one model and data set: :class:`Draws` plus
+    the engine's name and kind, the model, the data, the options used (defaults
+    filled in) and the wall time. Build its InferenceData with
+    :func:`bnnzoo.diagnostics.to_inference_data`.
+
+    Attributes
+    ----------
+    engine : str
+    kind : str
+        ``"mcmc"`` or ``"vi"``.
+    model : BNN
+    data : Dataset
+    wall_time : float
+        Seconds spent in the engine (set-up, warm-up and sampling).
+    options : dict
+        Run-level counts and every engine option, defaults included.
+    """
+
+    engine: str = ""
+    kind: str = "mcmc"
+    model: Any = None
+    data: Any = None
+    wall_time: float = 0.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_draws(cls, draws: Draws, **run_fields) -> "Run":
+        """A :class:`Run` with the fields of ``draws`` and ``run_fields``."""
+        return cls(**{f: getattr(draws, f) for f in Draws.__dataclass_fields__}, **run_fields)
+
+    def values(self, chunk: slice | None = None) -> dict[str, torch.Tensor]:
+        """Draws as tensors with one flat batch dim ``[chain * draw, ...]`` (optionally a slice of it)."""
+        dtype = torch.get_default_dtype()
+        out = {}
+        for name, v in self.samples.items():
+            flat = v.reshape((-1,) + v.shape[2:])
+            out[name] = torch.as_tensor(flat if chunk is None else flat[chunk], dtype=dtype)
+        return out
+
+    def predict(self, x, chunk_size: int = 256) -> np.ndarray:
+        """Network outputs ``f`` at ``x`` for every draw: ``[chain, draw, N, out]``."""
+        x = torch.as_tensor(np.asarray(x), dtype=torch.get_default_dtype())
+        total = self.num_chains * self.num_draws
+        parts = []
+        with torch.no_grad():
+            for start in range(0, total, chunk_size):
+                values = self.values(slice(start, start + chunk_size))
+                parts.append(self.model.apply(values, x).cpu().numpy())
+        f = np.concatenate(parts)
+        return f.reshape((self.num_chains, self.num_draws) + f.shape[1:])
+
+
+# ------------------------------------------------------------ from Pyro's MCMC
+def _to_numpy(v) -> np.ndarray:
+    return v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v)
+
+
+def _chain_stats(diag: dict, num_draws: int, vectorized: int) -> dict[str, np.ndarray]:
+    """One Pyro chain's stats as ``[vectorized, draws, *rest]`` arrays.
+
+    A kernel reports ``[draws, *rest]`` per stat, or ``[draws, C, *rest]`` when it
+    advanced C vectorized chains.
+    """
+    stats = {k: np.asarray(v) for k, v in (diag.get("sample_stats") or {}).items()}
+    if "diverging" not in stats:  # a stock Pyro kernel: only the divergence indices survive
+        diverging = np.zeros((num_draws, vectorized) if vectorized > 1 else num_draws, dtype=bool)
+        index = np.asarray(diag.get("divergences", []), dtype=int)
+        if vectorized == 1:
+            diverging[index] = True
+        stats["diverging"] = diverging
+    return {k: np.moveaxis(v, 1, 0) if vectorized > 1 else v[None] for k, v in stats.items()}
+
+
+def _stack_stats(rows: list[dict], num_draws_of, vectorized: int) -> dict[str, np.ndarray]:
+    per_chain = [_chain_stats(d, num_draws_of(d), vectorized) for d in rows]
+    if not per_chain:
+        return {}
+    return {k: np.concatenate([c[k] for c in per_chain])
+            for k in per_chain[0] if all(k in c for c in per_chain)}
+
+
+def _final_state(diagnostics: list[dict], name: str) -> dict[str, np.ndarray] | None:
+    """A kernel's final per-chain arrays ``diagnostics()["final_state"][name]``, concatenated over
+    Pyro chains: ``{site: [chain, ...]}`` (None where the kernel has none)."""
+    rows = [(d.get("final_state") or {}).get(name) for d in diagnostics]
+    if not rows or any(r is None for r in rows):
+        return None
+    return {site: np.concatenate([np.asarray(r[site]) for r in rows]) for site in rows[0]}
+
+
+def split_mcmc(mcmc) -> Draws:
+    """:class:`Draws` of a finished ``pyro.infer.MCMC``."""
+    grouped = {k: _to_numpy(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    diagnostics = [d or {} for d in mcmc._diagnostics]
+    vectorized = int(diagnostics[0].get("num_chains", 1)) if diagnostics else 1
+    num_draws = next(iter(grouped.values())).shape[1]
+    if vectorized > 1:  # [pyro_chain, draw, C, ...] -> [pyro_chain * C, draw, ...]
+        grouped = {
+            k: np.moveaxis(v, 2, 1).reshape((-1, num_draws) + v.shape[3:]) for k, v in grouped.items()
+        }
+    stats = _stack_stats(diagnostics, lambda d: num_draws, vectorized)
+    warm_rows = [{"sample_stats": d.get("warmup_sample_stats") or {}, "divergences": []} for d in diagnostics]
+    warm = {}
+    if warm_rows and warm_rows[0]["sample_stats"]:
+        warm = _stack_stats(warm_rows, lambda d: len(next(iter(d["sample_stats"].values()))), vectorized)
+    return Draws(grouped, stats, warm, inclusion_prob=_final_state(diagnostics, "inclusion_prob"),
+                 pruning_mask=_final_state(diagnostics, "pruning_mask"))

@@ -1,0 +1,69 @@
+"""Argument checks shared by every layer: one place for the rules and the messages.
+
+Each check raises before anything runs, with a message that names the field and
+the value. ``error`` builds the exception from ``(field, detail)``: the default
+gives a ``ValueError("<field> <detail>")``; model specs pass
+:class:`~bnnzoo.models.SpecError` (``"<field>: <detail>"``).
+
+>>> positive("step_size", -1)
+Traceback (most recent call last):
+...
+ValueError: step_size must be a positive number, got -1
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable, Iterable
+
+__all__ = ["fraction", "in_interval", "integer", "is_real", "one_of", "positive", "value_error"]
+
+ErrorFactory = Callable[[str, str], Exception]
+
+
+def value_error(field: str, detail: str) -> ValueError:
+    """The default error: ``ValueError("<field> <detail>")``."""
+    return ValueError(f"{field} {detail}")
+
+
+def is_real(value: Any) -> bool:
+    """A finite real number (an int or float, numpy's included, never a bool)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def positive(field: str, value: Any, error: ErrorFactory = value_error) -> None:
+    """A finite number > 0."""
+    if not (is_real(value) and value > 0):
+        raise error(field, f"must be a positive number, got {value!r}")
+
+
+def integer(field: str, value: Any, minimum: int = 1, error: ErrorFactory = value_error) -> None:
+    """An integer (numpy's included, never a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise error(field, f"must be an integer >= {minimum}, got {value!r}")
+
+
+def fraction(field: str, value: Any, error: ErrorFactory = value_error) -> None:
+    """A number strictly between 0 and 1."""
+    if not (is_real(value) and 0 < value < 1):
+        raise error(field, f"must be strictly between 0 and 1, got {value!r}")
+
+
+def in_interval(field: str, value: Any, low: float = 0.0, high: float = math.inf, low_open: bool = False,
+                high_open: bool = True, error: ErrorFactory = value_error) -> None:
+    """A finite number in the interval from ``low`` to ``high`` (each end open or closed)."""
+    ok = is_real(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+        raise error(field, f"must be in {lo}{low}, {high}{hi}, got {value!r}")
+
+
+def one_of(field: str, value: Any, choices: Iterable, error: ErrorFactory = value_error) -> None:
+    """One of a fixed set of choices (compared by equality; a list is never a choice)."""
+    choices = tuple(choices)
+    hashable = not isinstance(value, (list, dict, set))
+    if not (hashable and value in choices):
+        raise error(field, f"{value!r}: choose one of {', '.join(map(str, choices))}")
