@@ -1,11 +1,19 @@
-import os
-import sys
+"""Fixtures shared by every test folder; helpers live in ``tests/support``."""
+
 import warnings
 
+import pytest
 import torch
 
-# test helpers shared across folders (targets.py) import by plain name
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "inference"))
 torch.set_num_threads(1)
 warnings.filterwarnings("ignore", message="num_chains=.*available_cpu")
 warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
+
+
+@pytest.fixture
+def float64():
+    """Run a test with float64 as torch's default dtype (restored afterwards)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
-from targets import leapfrog_gaussian_acceptance, linear_regression
+from tests.support.targets import leapfrog_gaussian_acceptance, linear_regression
 
 from bnnzoo.data import load
 from bnnzoo.diagnostics import (

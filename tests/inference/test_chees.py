@@ -15,8 +15,8 @@ from bnnzoo.inference import ChEESHMC, FlatPotential, run, split_mcmc
 from bnnzoo.inference.chees import _available_memory, halton, mass_windows
 from bnnzoo.inference.integrators import kinetic_energy, leapfrog
 from bnnzoo.models import BNN
-from cases import needs_compiler
-from targets import assert_moments, linear_regression, regression_draws, run_kernel
+from tests.support.cases import needs_compiler
+from tests.support.targets import assert_moments, linear_regression, regression_draws, run_kernel
 
 PROBLEM = linear_regression()
 

@@ -12,7 +12,7 @@ from bnnzoo.data import load
 from bnnzoo.diagnostics import function_draws
 from bnnzoo.inference import run
 from bnnzoo.models import zoo
-from targets import assert_moments_agree
+from tests.support.targets import assert_moments_agree
 
 X_TEST = torch.linspace(0.0, 4.0, 9).unsqueeze(-1)
 

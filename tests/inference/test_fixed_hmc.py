@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from targets import assert_gaussian, gaussian_target, leapfrog_gaussian_acceptance, run_kernel
+from tests.support.targets import assert_gaussian, gaussian_target, leapfrog_gaussian_acceptance, run_kernel
 
 from bnnzoo.inference import ENGINES, FixedStepHMC, run
 from bnnzoo.models import zoo

@@ -34,15 +34,7 @@ from bnnzoo.models import (
     SpikeAndSlab,
 )
 
-from cases import LIKELIHOODS, PRIORS, needs_compiler  # noqa: E402
-
-
-@pytest.fixture
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+from tests.support.cases import LIKELIHOODS, PRIORS, needs_compiler  # noqa: E402
 
 
 def make_data(likelihood, n, d, seed=0):

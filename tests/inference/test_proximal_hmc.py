@@ -26,17 +26,9 @@ from bnnzoo.inference.proximal import (
 )
 from bnnzoo.inference.proximal_hmc import acceptance_statistic, relative_hamiltonian_error
 from bnnzoo.models import BNN, BNNSpec, Dense, Gaussian, GaussianLikelihood, Laplace, SpikeAndSlab
-from targets import assert_moments, assert_moments_agree, bayesian_lasso_gibbs, regression_draws, run_kernel
+from tests.support.targets import assert_moments, assert_moments_agree, bayesian_lasso_gibbs, regression_draws, run_kernel
 
 FORCES = ("moreau", "prox-gradient", "ns-hmc")
-
-
-@pytest.fixture
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
 
 
 class LaplaceTarget(FlatPotential):

@@ -9,7 +9,7 @@ import torch
 from pyro.infer import MCMC
 
 from bnnzoo.inference import FlatPotential, RandomWalkMH, run
-from targets import assert_moments, linear_regression, regression_draws
+from tests.support.targets import assert_moments, linear_regression, regression_draws
 
 PROBLEM = linear_regression()
 

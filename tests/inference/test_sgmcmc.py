@@ -19,7 +19,7 @@ from bnnzoo.inference import SGHMC, SGLD, BNNPotential, FlatPotential, run
 from bnnzoo.inference.sgmcmc import (StepSizeSchedule, inverse_temperature_at, minibatch_rows, sghmc_step,
                                      sgld_step)
 from bnnzoo.models import BNN
-from targets import assert_gaussian, assert_moments, gaussian_target, linear_regression, regression_draws
+from tests.support.targets import assert_gaussian, assert_moments, gaussian_target, linear_regression, regression_draws
 
 COV = np.array([[1.0, 0.5], [0.5, 1.0]])
 MEAN = np.array([1.0, -2.0])

@@ -1,7 +1,7 @@
 """Default target acceptance by activation: the rule, and the engines and kernels that follow it."""
 
 import pytest
-from targets import gaussian_target
+from tests.support.targets import gaussian_target
 
 from bnnzoo.data import load
 from bnnzoo.inference import BNNPotential, ChEESHMC, ProximalHMC, recommend_target_accept, run

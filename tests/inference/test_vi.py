@@ -18,17 +18,14 @@ from bnnzoo.models import (BNN, BNNSpec, Categorical, Dense, Gaussian, GaussianL
                            SpikeAndSlab)
 from bnnzoo.models.spec import Conv2d
 from bnnzoo.workbench import compare
-from targets import linear_regression
+from tests.support.targets import linear_regression
 
 DT = torch.float64
 
 
 @pytest.fixture(autouse=True)
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(DT)
-    yield
-    torch.set_default_dtype(old)
+def _float64(float64):
+    """Every test here in float64 (the shared fixture of ``tests/conftest.py``)."""
 
 
 def _normal_log_prob(x, loc, scale):

@@ -25,7 +25,7 @@ from bnnzoo.models import (
     Laplace,
 )
 
-from cases import LIKELIHOODS, PRIORS  # noqa: E402
+from tests.support.cases import LIKELIHOODS, PRIORS  # noqa: E402
 
 
 def make_data(likelihood, n, d, seed=0):
