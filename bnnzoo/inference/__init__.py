@@ -1,28 +1,32 @@
-"""How a posterior is found: kernels, potentials, engines."""
+"""How a posterior is found: potentials, pure update rules, kernels, VI and the engine layer.
 
-from . import vi  # noqa: F401  (registers the "svi" engine)
-from .base import DualAveraging, FlatKernel
-from .chees import ChEESHMC
-from ..results import Draws, split_mcmc
-from .engines import ENGINES, Engine, Run, engine, run
-from .hmc import HMC, NUTS
-from .potential import BNNPotential, FlatPotential, PyroPotential, make_potential
-from .rwmh import RandomWalkMH
-from .adaptive import SGHMCSA, SGLDSA  # registers "sgld_sa", "sghmc_sa" (and, via sgmcmc, "sgld", "sghmc")
-from .sgmcmc import SGHMC, SGLD
-from .group_sparse import GroupSparseSGHMC, GroupSparseSGHMCOptimizer  # registers "sghmc_group_ss"
-from .proximal_hmc import ProximalHMC  # registers the "proximal_hmc" engine
-from .fixed_hmc import FixedStepHMC  # registers the "fixed_hmc" engine
-from .tuning import TargetAccept, recommend_target_accept
+* :mod:`.potential`: ``U(theta)`` on a flat unconstrained vector (BNN fast path, Pyro fallback);
+* :mod:`.integrators`, :mod:`.proximal`, :mod:`.adaptation`, :mod:`.sgmcmc`,
+  :mod:`.stochastic_approximation`, :mod:`.group_em`: the update rules, pure;
+* :mod:`.kernels`: one ``MCMCKernel`` per algorithm, each with its options dataclass;
+* :mod:`.vi`: mean-field variational inference;
+* :mod:`.engines`: the registry, ``run()`` and the drivers.
+"""
+
+from ..results import Draws, Run, split_mcmc
+from .adaptation import DualAveraging
+from .engines import ENGINES, Engine, run
+from .group_em import GroupSparseOptions, GroupSparseSGHMCOptimizer
+from .kernels import (
+    HMC, NUTS, SGHMC, SGHMCSA, SGLD, SGLDSA, ChEESHMC, FixedStepHMC, FlatKernel, GroupSparseSGHMC, ProximalHMC,
+    RandomWalkMH,
+)
 from .optim import AdaBound, AMSBound, PyroAdaBound, PyroAMSBound
+from .potential import BNNPotential, FlatPotential, PyroPotential, make_potential
+from .tuning import TargetAccept, recommend_target_accept
 from .vi import MeanFieldGuide, VIFit, VIOptions, fit_mean_field, kl_weights
 
 __all__ = [
     "BNNPotential", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FixedStepHMC", "FlatKernel",
     "FlatPotential", "HMC",
-    "NUTS", "ProximalHMC", "PyroPotential", "RandomWalkMH", "Run", "engine", "make_potential", "run", "split_mcmc",
+    "NUTS", "ProximalHMC", "PyroPotential", "RandomWalkMH", "Run", "make_potential", "run", "split_mcmc",
     "AdaBound", "AMSBound", "PyroAdaBound", "PyroAMSBound", "MeanFieldGuide", "VIFit", "VIOptions",
     "fit_mean_field", "kl_weights",
-    "SGHMC", "SGHMCSA", "SGLD", "SGLDSA", "GroupSparseSGHMC", "GroupSparseSGHMCOptimizer",
+    "SGHMC", "SGHMCSA", "SGLD", "SGLDSA", "GroupSparseOptions", "GroupSparseSGHMC", "GroupSparseSGHMCOptimizer",
     "TargetAccept", "recommend_target_accept",
 ]

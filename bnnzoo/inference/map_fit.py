@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .base import check_positive_option
+from ..validation import positive as check_positive_option
 from .potential import FlatPotential, initial_theta
 from .proximal import soft_threshold
 

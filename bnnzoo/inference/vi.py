@@ -90,8 +90,7 @@ import torch
 import torch.nn.functional as F
 
 from ..results import Draws, VITrace
-from .base import check_positive_option
-from .engines import engine
+from ..validation import positive as check_positive_option
 from .optim import make_optimizer, optimizer_spec
 from .potential import FlatPotential, initial_theta, make_potential
 
@@ -589,22 +588,9 @@ def _plateau_step(schedulers, summary: dict[str, float], metric: str) -> None:
 
 
 # ------------------------------------------------------------------ engine
-@engine("svi", kind="vi")
-def svi(model, x, y, num_samples, warmup_steps, num_chains, progress, num_steps: int = 2000,
-        lr: float = 0.01, lr_decay: float = 0.1, init_scale: float = 0.05, num_particles: int = 1,
-        init_radius: float = 1.0, scale_lr: float | None = None, optimizer: Any = "adam",
-        scale_optimizer: Any = None, schedule: str = "exponential", plateau_factor: float = 0.1,
-        plateau_patience: int = 1, plateau_metric: str = "split", batch_size: int | None = None,
-        kl_weighting: Any = "uniform", estimator: str = "reparam", kl: str | None = None,
-        init_rho: float | None = None, init_loc: str = "uniform", score_baseline: bool = True) -> Draws:
-    """Mean-field Normal variational inference; one independent fit per chain."""
-    opts = VIOptions(num_steps=num_steps, lr=lr, scale_lr=scale_lr, optimizer=optimizer,
-                     scale_optimizer=scale_optimizer, schedule=schedule, lr_decay=lr_decay,
-                     plateau_factor=plateau_factor, plateau_patience=plateau_patience,
-                     plateau_metric=plateau_metric, batch_size=batch_size, kl_weighting=kl_weighting,
-                     estimator=estimator, kl=kl, num_particles=num_particles, init_scale=init_scale,
-                     init_rho=init_rho, init_loc=init_loc, init_radius=init_radius, score_baseline=score_baseline)
-    potential = make_potential(model, x, y)
+def sample_mean_field(potential, options: VIOptions, num_samples: int, num_chains: int) -> Draws:
+    """One independent mean-field fit per chain, then ``num_samples`` draws from each guide."""
+    opts = options
     analytic_prior_scale(potential, opts.kl_mode)  # fail before fitting on a bad kl=
     fits = [fit_mean_field(potential, opts) for _ in range(num_chains)]
     theta = torch.stack([f.guide.sample(num_samples) for f in fits])  # [chain, draw, D]

@@ -1,9 +1,12 @@
 """The shared base of bnnzoo's MCMC kernels.
 
 A kernel subclass writes only its update rule, :meth:`FlatKernel.transition`,
-on a ``[C, D]`` tensor of C chains. The base owns everything else that the
-Pyro ``MCMC`` driver needs:
+on a ``[C, D]`` tensor of C chains, and names its options dataclass
+(:attr:`FlatKernel.Options`). The base owns everything else that the Pyro
+``MCMC`` driver needs:
 
+* ``Kernel(model, **options)``: every keyword is a field of the options
+  dataclass, defaulted and validated there (``kernel.options``);
 * ``setup()`` builds the flat potential from the model and its arguments and
   resets all per-chain state (chains may run one after another on the same
   kernel object), keeping user-supplied ``initial_params``;
@@ -17,84 +20,35 @@ Pyro ``MCMC`` driver needs:
 
 With ``num_chains=C > 1`` the kernel advances C chains as one batch inside one
 Pyro chain: every site gets a leading dim of size C, and
-:func:`bnnzoo.diagnostics.to_inference_data` splits them back into C chains.
+:func:`bnnzoo.results.split_mcmc` splits them back into C chains.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import OrderedDict
-from typing import Callable, Mapping
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Mapping
 
 import numpy as np
 import torch
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
-from .potential import FlatPotential, initial_theta, make_potential
+from ..potential import FlatPotential, initial_theta, make_potential
+from ..options import Options, integer, option, positive
+
+__all__ = ["BaseOptions", "FlatKernel", "metropolis_accept"]
 
 Tensor = torch.Tensor
 
 
-class DualAveraging:
-    r"""Nesterov dual averaging of ``log(step_size)`` toward a target acceptance
-    (Hoffman and Gelman 2014, Algorithm 5):
+@dataclass(frozen=True)
+class BaseOptions(Options):
+    """Options every flat kernel has."""
 
-    .. math::
-        \bar H_t = (1 - \tfrac{1}{t + t_0}) \bar H_{t-1} + \tfrac{1}{t + t_0}(\delta - \alpha_t),\quad
-        \log \epsilon_t = \mu - \tfrac{\sqrt t}{\gamma} \bar H_t,\quad
-        \log \bar\epsilon_t = t^{-\kappa} \log \epsilon_t + (1 - t^{-\kappa}) \log \bar\epsilon_{t-1}
-
-    with :math:`\mu = \log(10 \epsilon_0)`. Use :attr:`step_size` during warm-up
-    and :attr:`final_step_size` after it.
-    """
-
-    def __init__(self, step_size: float, target: float, t0: float = 10.0,
-                 gamma: float = 0.05, kappa: float = 0.75):
-        self.target, self.t0, self.gamma, self.kappa = target, t0, gamma, kappa
-        self.restart(step_size)
-
-    def restart(self, step_size: float) -> None:
-        self.mu = math.log(10 * step_size)
-        self.t = 0
-        self.h_bar = 0.0
-        self.log_step = math.log(step_size)
-        self.log_step_bar = 0.0
-
-    def update(self, accept_prob: float) -> float:
-        """Feed one (mean) acceptance probability; returns the next step size."""
-        accept_prob = 0.0 if not math.isfinite(accept_prob) else min(max(accept_prob, 0.0), 1.0)
-        self.t += 1
-        eta = 1.0 / (self.t + self.t0)
-        self.h_bar = (1 - eta) * self.h_bar + eta * (self.target - accept_prob)
-        self.log_step = self.mu - math.sqrt(self.t) / self.gamma * self.h_bar
-        weight = self.t ** (-self.kappa)
-        self.log_step_bar = weight * self.log_step + (1 - weight) * self.log_step_bar
-        return self.step_size
-
-    @property
-    def step_size(self) -> float:
-        return math.exp(self.log_step)
-
-    @property
-    def final_step_size(self) -> float:
-        return math.exp(self.log_step_bar) if self.t else self.step_size
-
-
-def check_positive_option(name: str, value) -> None:
-    """Clear error for a non-positive numeric option, before sampling starts."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
-def check_positive_int(name: str, value) -> None:
-    """Clear error for an option that must be an integer >= 1, before sampling starts."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-
-
-def check_fraction_option(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise ValueError(f"{name} must be strictly between 0 and 1, got {value!r}")
+    num_chains: int = option(1, "chains advanced together as one [C, D] batch", integer(1))
+    init_radius: float = option(1.0, "initial points uniform in (-r, r) in unconstrained space", positive)
 
 
 class FlatKernel(MCMCKernel):
@@ -107,28 +61,33 @@ class FlatKernel(MCMCKernel):
         arguments come from ``MCMC.run(*args)``.
     potential : FlatPotential, optional
         Use this potential instead of building one from ``model``.
-    num_chains : int
-        Chains advanced together as one batch (``chain_method="vectorized"``).
-    init_radius : float
-        Initial points are uniform in ``(-init_radius, init_radius)`` in
-        unconstrained space, unless ``initial_params`` are set.
+    **options
+        The fields of the kernel's :attr:`Options` dataclass (``num_chains``,
+        ``init_radius`` and the kernel's own); an unknown name is an error.
     """
 
+    #: the options dataclass: every keyword of the constructor, with its default and check
+    Options: ClassVar[type[Options]] = BaseOptions
     #: names of the per-step statistics this kernel records (ArviZ names).
     stat_names: tuple[str, ...] = ("acceptance_rate", "diverging", "lp")
 
-    def __init__(self, model: Callable | None = None, potential: FlatPotential | None = None,
-                 num_chains: int = 1, init_radius: float = 1.0):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        params = [inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+                  inspect.Parameter("potential", keyword, default=None)]
+        params += [inspect.Parameter(n, keyword, default=d) for n, d in cls.Options.defaults().items()]
+        cls.__signature__ = inspect.Signature(params)  # what help() and IDEs show: the options' defaults
+
+    def __init__(self, model: Callable | None = None, potential: FlatPotential | None = None, **options):
         if model is None and potential is None:
             raise ValueError("give a model or a potential")
-        if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
-            raise ValueError(f"num_chains must be a positive integer, got {num_chains!r}")
-        check_positive_option("init_radius", init_radius)
+        self.options = self.Options.build(type(self).__name__, options)
         self.model = model
         self.potential = potential
         self._given_potential = potential is not None
-        self.num_chains = num_chains
-        self.init_radius = init_radius
+        self.num_chains = self.options.num_chains
+        self.init_radius = self.options.init_radius
         self._initial_params: dict[str, Tensor] | None = None
         self._user_initial_params = False
         self.transforms: dict | None = potential.transforms if potential is not None else None
@@ -183,6 +142,13 @@ class FlatKernel(MCMCKernel):
 
     def prepare(self, theta: Tensor) -> None:
         """Hook after setup, with the initial ``[C, D]`` point (e.g. find a step size)."""
+
+    def check_potential(self, potential: FlatPotential) -> None:
+        """Clear errors, before any sampling, for what this kernel cannot do on ``potential``."""
+
+    def notes(self) -> dict:
+        """Facts about this kernel's draws for the InferenceData attributes (e.g. what ``lp`` is)."""
+        return {}
 
     # ---------------------------------------------------------------- layout
     def flatten(self, params: Mapping[str, Tensor]) -> Tensor:

@@ -24,7 +24,7 @@ from bnnzoo.inference.proximal import (
     prox_of_potential,
     soft_threshold,
 )
-from bnnzoo.inference.proximal_hmc import acceptance_statistic, relative_hamiltonian_error
+from bnnzoo.inference.kernels.proximal_hmc import acceptance_statistic, relative_hamiltonian_error
 from bnnzoo.models import BNN, BNNSpec, Dense, Gaussian, GaussianLikelihood, Laplace, SpikeAndSlab
 from tests.support.targets import assert_moments, assert_moments_agree, bayesian_lasso_gibbs, regression_draws, run_kernel
 

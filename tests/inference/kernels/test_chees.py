@@ -12,7 +12,8 @@ from pyro.infer import MCMC
 from torch.distributions.transforms import identity_transform
 
 from bnnzoo.inference import ChEESHMC, FlatPotential, run, split_mcmc
-from bnnzoo.inference.chees import _available_memory, halton, mass_windows
+from bnnzoo.inference.adaptation import halton, mass_windows
+from bnnzoo.inference.engines.driver import _available_memory
 from bnnzoo.inference.integrators import kinetic_energy, leapfrog
 from bnnzoo.models import BNN
 from tests.support.cases import needs_compiler

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from .base import DualAveraging, FlatKernel, check_fraction_option, check_positive_option, metropolis_accept
+from ..adaptation import DualAveraging
+from .base import BaseOptions, FlatKernel, metropolis_accept
+from ..options import flag, fraction, option, positive
+
+__all__ = ["RWMHOptions", "RandomWalkMH", "random_walk_proposal"]
 
 
 def random_walk_proposal(theta: torch.Tensor, scale: float) -> torch.Tensor:
     r"""Gaussian random-walk proposal :math:`\theta' = \theta + s\,\xi,\ \xi \sim N(0, I)`."""
     return theta + scale * torch.randn_like(theta)
+
+
+@dataclass(frozen=True)
+class RWMHOptions(BaseOptions):
+    """Options of :class:`RandomWalkMH`."""
+
+    scale: float = option(0.05, "initial proposal standard deviation s", positive)
+    target_accept: float = option(0.234, "target acceptance of the scale's adaptation", fraction)
+    adapt_scale: bool = option(True, "adapt the scale by dual averaging during warm-up", flag)
 
 
 class RandomWalkMH(FlatKernel):
@@ -19,16 +34,10 @@ class RandomWalkMH(FlatKernel):
     :math:`\min(1, e^{U(\theta) - U(\theta')})`. During warm-up the scale
     :math:`s` is adapted by dual averaging toward ``target_accept``
     (0.234, the optimal rate for high-dimensional Gaussian targets; Roberts,
-    Gelman and Gilks 1997), then frozen.
+    Gelman and Gilks 1997), then frozen. Options: :class:`RWMHOptions`.
 
-    Parameters
-    ----------
-    model, potential, num_chains, init_radius
-        See :class:`~bnnzoo.inference.base.FlatKernel`.
-    scale : float
-        Initial proposal standard deviation.
-    target_accept : float
-    adapt_scale : bool
+    Per-draw statistics: ``acceptance_rate``, ``diverging`` (a NaN energy),
+    ``lp`` and ``step_size`` (the proposal scale).
 
     Examples
     --------
@@ -37,21 +46,13 @@ class RandomWalkMH(FlatKernel):
     >>> mcmc.run(x, y)
     """
 
+    Options = RWMHOptions
     stat_names = ("acceptance_rate", "diverging", "lp", "step_size")
-
-    def __init__(self, model=None, potential=None, scale: float = 0.1, target_accept: float = 0.234,
-                 adapt_scale: bool = True, num_chains: int = 1, init_radius: float = 1.0):
-        check_positive_option("scale", scale)
-        check_fraction_option("target_accept", target_accept)
-        self.initial_scale = float(scale)
-        self.target_accept = float(target_accept)
-        self.adapt_scale = bool(adapt_scale)
-        super().__init__(model, potential, num_chains, init_radius)
 
     def _reset(self) -> None:
         super()._reset()
-        self.scale = self.initial_scale
-        self._adapter = DualAveraging(self.initial_scale, self.target_accept)
+        self.scale = self.options.scale
+        self._adapter = DualAveraging(self.options.scale, self.options.target_accept)
 
     def transition(self, theta):
         value = self.value(theta)
@@ -68,7 +69,7 @@ class RandomWalkMH(FlatKernel):
         return theta_new, stats
 
     def _adapt(self, accept_prob: float) -> None:
-        if not (self.adapt_scale and self.in_warmup):
+        if not (self.options.adapt_scale and self.in_warmup):
             return
         self._adapter.update(accept_prob)
         last_warmup_step = self._t == self._warmup_steps - 1

@@ -13,7 +13,7 @@ import torch
 
 from bnnzoo.data import load
 from bnnzoo.inference import SGHMCSA, SGLDSA, BNNPotential, run
-from bnnzoo.inference.adaptive import (SpikeSlabState, delta_target, inclusion_probability, sa_update, sa_weight,
+from bnnzoo.inference.stochastic_approximation import (SpikeSlabState, delta_target, inclusion_probability, sa_update, sa_weight,
                                        sigma_root, spike_slab_force)
 from bnnzoo.models import (BNN, BNNSpec, Categorical, Dense, Gaussian, GaussianLikelihood, SpikeAndSlab)
 from bnnzoo.models.priors import SpikeSlabMixture

@@ -1,6 +1,9 @@
 r"""SGLD-SA and SGHMC-SA: SG-MCMC with stochastic approximation of the
 spike-and-slab hyperparameters (paper 001; engines ``"sgld_sa"``, ``"sghmc_sa"``).
 
+The update rules are pure functions in :mod:`bnnzoo.inference.stochastic_approximation`;
+this module wires them into the SGLD and SGHMC kernels.
+
 The weights of a *sparse layer* (a site whose prior is
 :class:`~bnnzoo.models.SpikeAndSlab`) have the Gaussian-Laplace spike-and-slab prior
 
@@ -11,17 +14,8 @@ The weights of a *sparse layer* (a site whose prior is
 
 Other sites keep the model's own priors. The weights are sampled by SGLD or
 SGHMC; the latent variables :math:`\theta = (\rho, \kappa_0, \kappa_1, \sigma, \delta)`
-are *not* sampled but adapted by stochastic approximation, each as
-:math:`x \leftarrow (1-\omega_k)x + \omega_k\tilde x` (:func:`sa_update`):
-
-1. :math:`\tilde\rho_j = a_j/(a_j + b_j)`, :math:`a_j = N(\beta_j; 0, \sigma^2 v_1)\,\delta`,
-   :math:`b_j = \mathrm{Laplace}(\beta_j; 0, \sigma v_0)(1-\delta)` (:func:`inclusion_probability`);
-2. :math:`\tilde\kappa_0 = (1-\rho)/v_0`, :math:`\tilde\kappa_1 = \rho/v_1`;
-3. :math:`\tilde\sigma = (R_b + \sqrt{R_b^2 + 4R_aR_c})/(2R_a)` (:func:`sigma_root`) with
-   :math:`R_b = \sum\kappa_0|\beta|` and, for regression,
-   :math:`R_a = N + p + \nu`, :math:`R_c = \tfrac{N}{n}\mathrm{RSS}_{batch} + \sum\kappa_1\beta^2 + \nu\lambda`;
-   otherwise :math:`R_a = p + \nu + 2`, :math:`R_c = \sum\kappa_1\beta^2 + \nu\lambda`;
-4. :math:`\tilde\delta = (\sum_j\rho_j + a - 1)/(a + b + p - 2)` (:func:`delta_target`).
+are *not* sampled but adapted by stochastic approximation
+(:mod:`bnnzoo.inference.stochastic_approximation`, steps 1-4 and :func:`sa_update`).
 
 The sampler's force on a sparse weight replaces the spike-and-slab density's
 gradient by :math:`\kappa_1\beta/\sigma^2 + \kappa_0\,\mathrm{sign}(\beta)/\sigma`
@@ -66,7 +60,7 @@ per sparse site) and in the InferenceData group ``inclusion_prob``.
 References
 ----------
 Deng, Zhang, Liang and Lin (2019), "An adaptive empirical Bayesian method for
-sparse deep learning", NeurIPS, Sec. 3 and Algorithm 1; ``ALGORITHMS.md`` section 2.
+sparse deep learning", NeurIPS, Sec. 3 and Algorithm 1; ``docs/algorithms.md`` ("SGLD-SA and SGHMC-SA").
 """
 
 from __future__ import annotations
@@ -77,146 +71,62 @@ from dataclasses import dataclass
 import pyro
 import torch
 
-from ..results import Draws
-from ..models.likelihoods import GaussianLikelihood
-from ..models.priors import SpikeAndSlab, spike_slab_log_density
-from .base import check_positive_option
-from .engines import engine
-from .potential import BNNPotential
-from .sgmcmc import SGHMC, SGLD, run_engine
+from ...models.likelihoods import GaussianLikelihood
+from ...models.priors import SpikeAndSlab, spike_slab_log_density
+from ..potential import BNNPotential
+from ..stochastic_approximation import SpikeSlabState, sa_update, sa_weight, spike_slab_force
+from ..options import Options, choice, option, optional, positive
+from .sghmc import SGHMC, SGHMCOptions
+from .sgld import SGLD
+from .sgmcmc import SGLDOptions, minibatch_data
 
-__all__ = [
-    "SGHMCSA", "SGLDSA", "SpikeSlabState", "delta_target", "inclusion_probability", "log_prior_except",
-    "sa_update", "sa_weight", "sigma_root", "sparse_sites", "spike_slab_force",
-]
+__all__ = ["SGHMCSA", "SGHMCSAOptions", "SGLDSA", "SGLDSAOptions", "SpikeSlabOptions", "log_prior_except",
+           "sparse_sites"]
 
 Tensor = torch.Tensor
 MODES = ("sa", "em")
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
-# ------------------------------------------------------------ pure pieces
-def inclusion_probability(beta: Tensor, sigma: Tensor, delta: Tensor, v0: float, v1: float) -> Tensor:
-    r""":math:`\tilde\rho = a/(a+b)`, :math:`a = \delta N(\beta; 0, \sigma^2 v_1)`,
-    :math:`b = (1-\delta)\mathrm{Laplace}(\beta; 0, \sigma v_0)` (paper 001, eq. 12).
-
-    ``beta`` ``[C, p]``; ``sigma``, ``delta`` ``[C]`` (per chain).
-    """
-    sigma, delta = sigma.unsqueeze(-1), delta.unsqueeze(-1)
-    slab_sd, spike_scale = sigma * math.sqrt(v1), sigma * v0
-    log_a = torch.log(delta) - 0.5 * (beta / slab_sd) ** 2 - torch.log(slab_sd) - _HALF_LOG_2PI
-    log_b = torch.log1p(-delta) - beta.abs() / spike_scale - torch.log(2 * spike_scale)
-    return torch.sigmoid(log_a - log_b)
+def _sa_max(name: str, value) -> None:
+    positive(name, value)
+    if value > 1:
+        raise ValueError(f"sa_max must be in (0, 1], got {value!r}")
 
 
-def sigma_root(r_a: Tensor, r_b: Tensor, r_c: Tensor) -> Tensor:
-    r"""The positive root of :math:`R_a\sigma^2 - R_b\sigma - R_c = 0`:
-    :math:`(R_b + \sqrt{R_b^2 + 4R_aR_c})/(2R_a)` (paper 001, eq. 14)."""
-    return (r_b + torch.sqrt(r_b * r_b + 4 * r_a * r_c)) / (2 * r_a)
+def _offset(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
 
 
-def delta_target(rho: Tensor, a: float, b: float) -> Tensor:
-    r""":math:`\tilde\delta = (\sum_j\rho_j + a - 1)/(a + b + p - 2)` per chain (paper 001, eq. 15),
-    kept inside (0, 1)."""
-    p = rho.shape[-1]
-    delta = (rho.sum(-1) + a - 1) / (a + b + p - 2)
-    info = torch.finfo(rho.dtype)
-    return delta.clamp(info.tiny, 1 - info.eps)
+@dataclass(frozen=True)
+class SpikeSlabOptions(Options):
+    """The stochastic-approximation options of the SA kernels (mixed into their options)."""
+
+    mode: str = option("sa", "'sa' (stochastic approximation with omega_k) or 'em' (omega_k = 1)", choice(*MODES))
+    sa_scale: float = option(10.0, "omega_k = min(omega_0, A/(k + B)^c): A", positive)
+    sa_offset: float = option(1000.0, "omega_k: B", _offset)
+    sa_power: float = option(0.7, "omega_k: c", positive)
+    sa_max: float = option(1.0, "omega_k: omega_0, in (0, 1]", _sa_max)
+    beta_a: float = option(1.0, "Beta(a, b) prior on delta: a", positive)
+    beta_b: float | None = option(None, "Beta(a, b) prior on delta: b (None: each layer's size p)",
+                                  optional(positive))
+    ig_nu: float = option(1.0, "InvGamma(nu/2, nu lambda/2) prior on sigma^2: nu", positive)
+    ig_lambda: float = option(1.0, "InvGamma(nu/2, nu lambda/2) prior on sigma^2: lambda", positive)
+    shared_sigma: bool | None = option(None, "one sigma for all sparse layers (forced for learned-noise regression)")
 
 
-def spike_slab_force(beta: Tensor, kappa0: Tensor, kappa1: Tensor, sigma: Tensor) -> Tensor:
-    r"""The SA prior force :math:`\kappa_1\beta/\sigma^2 + \kappa_0\,\mathrm{sign}(\beta)/\sigma`
-    on a sparse layer's weights ``[C, p]`` (``sigma`` ``[C]``): the gradient of
-    :math:`\kappa_0|\beta|/\sigma + \kappa_1\beta^2/(2\sigma^2)`."""
-    sigma = sigma.unsqueeze(-1)
-    return kappa1 * beta / (sigma * sigma) + kappa0 * torch.sign(beta) / sigma
+@dataclass(frozen=True)
+class SGLDSAOptions(SpikeSlabOptions, SGLDOptions):
+    """Options of :class:`SGLDSA`: SGLD's and the SA options."""
 
 
-def sa_weight(k: int, scale: float = 10.0, offset: float = 1000.0, power: float = 0.7,
-              maximum: float = 1.0) -> float:
-    r"""SA step size :math:`\omega_k = \min(\omega_0, A/(k + B)^{c})`."""
-    return min(maximum, scale / (k + offset) ** power)
+@dataclass(frozen=True)
+class SGHMCSAOptions(SpikeSlabOptions, SGHMCOptions):
+    """Options of :class:`SGHMCSA`: SGHMC's and the SA options, with the slower SA steps
+    paper 001 uses for its classification networks."""
 
-
-@dataclass
-class SpikeSlabState:
-    """The SA latent variables of every sparse layer, per chain.
-
-    ``rho``, ``kappa0``, ``kappa1``: one ``[C, p_l]`` tensor per layer;
-    ``sigma``, ``delta``: ``[C, L]``.
-    """
-
-    rho: list[Tensor]
-    kappa0: list[Tensor]
-    kappa1: list[Tensor]
-    sigma: Tensor
-    delta: Tensor
-
-    @classmethod
-    def initial(cls, num_chains: int, sizes: list[int], v0, v1, sigma, delta) -> "SpikeSlabState":
-        """:math:`\\rho = \\delta`, :math:`\\kappa_0 = (1-\\rho)/v_0`, :math:`\\kappa_1 = \\rho/v_1`."""
-        dtype = torch.get_default_dtype()
-        rho = [torch.full((num_chains, p), float(d), dtype=dtype) for p, d in zip(sizes, delta)]
-        return cls(rho, [(1 - r) / a for r, a in zip(rho, v0)], [r / b for r, b in zip(rho, v1)],
-                   torch.tensor([list(map(float, sigma))] * num_chains, dtype=dtype),
-                   torch.tensor([list(map(float, delta))] * num_chains, dtype=dtype))
-
-    def where(self, keep_new: Tensor, old: "SpikeSlabState") -> "SpikeSlabState":
-        """Per chain: this state where ``keep_new`` ``[C]``, else ``old``."""
-        col = keep_new.unsqueeze(-1)
-        pick = lambda new, prev: torch.where(col, new, prev)  # noqa: E731
-        return SpikeSlabState([pick(n, o) for n, o in zip(self.rho, old.rho)],
-                              [pick(n, o) for n, o in zip(self.kappa0, old.kappa0)],
-                              [pick(n, o) for n, o in zip(self.kappa1, old.kappa1)],
-                              pick(self.sigma, old.sigma), pick(self.delta, old.delta))
-
-
-def sa_update(state: SpikeSlabState, betas: list[Tensor], omega: float, v0: list[float], v1: list[float],
-              a: float, b: list[float], nu: float, lam: float, shared_sigma: bool,
-              num_data: int | None = None, scaled_rss: Tensor | None = None) -> SpikeSlabState:
-    r"""One stochastic-approximation step of every latent variable (module docstring, 1-4).
-
-    Parameters
-    ----------
-    state : SpikeSlabState
-        :math:`\theta^{(k-1)}`.
-    betas : list of Tensor
-        The sparse layers' current weights, ``[C, p_l]`` each.
-    omega : float
-        :math:`\omega_k` (1: the EM update).
-    v0, v1, b : list of float
-        Per layer.
-    a, nu, lam : float
-        Beta(a, b) prior on delta; IG(nu/2, nu*lam/2) prior on sigma^2.
-    shared_sigma : bool
-        One sigma for every layer (columns of ``state.sigma`` kept equal).
-    num_data, scaled_rss : optional
-        Regression with the noise variance sigma^2: N and :math:`\tfrac{N}{n}\mathrm{RSS}_{batch}` ``[C]``.
-
-    Returns
-    -------
-    SpikeSlabState
-        :math:`\theta^{(k)}`.
-    """
-    mix = lambda old, target: (1 - omega) * old + omega * target  # noqa: E731
-    rho = [mix(r, inclusion_probability(beta, state.sigma[:, i], state.delta[:, i], v0[i], v1[i]))
-           for i, (r, beta) in enumerate(zip(state.rho, betas))]
-    kappa0 = [mix(k, (1 - r) / v0[i]) for i, (k, r) in enumerate(zip(state.kappa0, rho))]
-    kappa1 = [mix(k, r / v1[i]) for i, (k, r) in enumerate(zip(state.kappa1, rho))]
-    r_b = torch.stack([(k * beta.abs()).sum(-1) for k, beta in zip(kappa0, betas)], -1)  # [C, L]
-    r_c = torch.stack([(k * beta * beta).sum(-1) for k, beta in zip(kappa1, betas)], -1)
-    p = torch.tensor([beta.shape[-1] for beta in betas], dtype=r_b.dtype)
-    if scaled_rss is not None:  # regression: sigma^2 is also the noise variance
-        r_a = num_data + p.sum() + nu
-        sigma_new = sigma_root(r_a, r_b.sum(-1), scaled_rss + r_c.sum(-1) + nu * lam)
-        sigma_new = sigma_new.unsqueeze(-1).expand_as(state.sigma)
-    elif shared_sigma:
-        sigma_new = sigma_root(p.sum() + nu + 2, r_b.sum(-1), r_c.sum(-1) + nu * lam)
-        sigma_new = sigma_new.unsqueeze(-1).expand_as(state.sigma)
-    else:
-        sigma_new = sigma_root(p + nu + 2, r_b, r_c + nu * lam)
-    delta_new = torch.stack([delta_target(r, a, b[i]) for i, r in enumerate(rho)], -1)
-    return SpikeSlabState(rho, kappa0, kappa1, mix(state.sigma, sigma_new), mix(state.delta, delta_new))
+    sa_scale: float = option(1.0, "omega_k = min(omega_0, A/(k + B)^c): A", positive)
+    sa_power: float = option(0.75, "omega_k: c", positive)
 
 
 @dataclass(frozen=True)
@@ -268,51 +178,12 @@ def log_prior_except(potential: BNNPotential, values, skip: set[str]) -> Tensor:
     return total
 
 
-def minibatch_data(potential: BNNPotential, rows: Tensor | None) -> tuple[Tensor, Tensor, float]:
-    """``(x, y, N/B)`` of a minibatch (rows ``[B]`` or ``[C, B]``; None: the full data)."""
-    if rows is None:
-        return potential.x, potential.y, 1.0
-    return (*potential.minibatch(rows), potential.num_data / rows.shape[-1])
-
-
 # ------------------------------------------------------------ the kernels
 class AdaptiveSpikeSlab:
     """Mixin that turns an SG-MCMC kernel into its ``-SA`` variant (module docstring).
 
-    Parameters
-    ----------
-    mode : str
-        ``"sa"`` (stochastic approximation with :math:`\\omega_k`) or ``"em"`` (:math:`\\omega_k = 1`).
-    sa_scale, sa_offset, sa_power, sa_max : float
-        :math:`\\omega_k = \\min(\\omega_0, A/(k + B)^c)`: A, B, c and :math:`\\omega_0`.
-    beta_a, beta_b : float
-        Beta(a, b) prior on delta (``beta_b=None``: b = p, each layer's size, as in the paper).
-    ig_nu, ig_lambda : float
-        InvGamma(nu/2, nu*lambda/2) prior on sigma^2.
-    shared_sigma : bool, optional
-        One sigma for all sparse layers (forced for regression with a learned noise).
+    Options: :class:`SpikeSlabOptions` (mixed into each kernel's options dataclass).
     """
-
-    def __init__(self, model=None, potential=None, mode: str = "sa", sa_scale: float = 10.0,
-                 sa_offset: float = 1000.0, sa_power: float = 0.7, sa_max: float = 1.0, beta_a: float = 1.0,
-                 beta_b: float | None = None, ig_nu: float = 1.0, ig_lambda: float = 1.0,
-                 shared_sigma: bool | None = None, **options):
-        if mode not in MODES:
-            raise ValueError(f"mode {mode!r}: choose one of {', '.join(MODES)}")
-        for name, value in (("sa_scale", sa_scale), ("sa_power", sa_power), ("sa_max", sa_max),
-                            ("beta_a", beta_a), ("ig_nu", ig_nu), ("ig_lambda", ig_lambda)):
-            check_positive_option(name, value)
-        if beta_b is not None:
-            check_positive_option("beta_b", beta_b)
-        if isinstance(sa_offset, bool) or not isinstance(sa_offset, (int, float)) or sa_offset < 0:
-            raise ValueError(f"sa_offset must be a number >= 0, got {sa_offset!r}")
-        if sa_max > 1:
-            raise ValueError(f"sa_max must be in (0, 1], got {sa_max!r}")
-        self.mode = mode
-        self.sa_scale, self.sa_offset, self.sa_power, self.sa_max = sa_scale, sa_offset, sa_power, sa_max
-        self.beta_a, self.beta_b, self.ig_nu, self.ig_lambda = beta_a, beta_b, ig_nu, ig_lambda
-        self.shared_sigma = shared_sigma
-        super().__init__(model, potential, **options)
 
     # ---------------------------------------------------------------- state
     def _reset(self) -> None:
@@ -325,10 +196,10 @@ class AdaptiveSpikeSlab:
         self._sites = sparse_sites(self.potential, type(self).__name__)
         likelihood = self.potential.model.likelihood
         self._regression = isinstance(likelihood, GaussianLikelihood) and likelihood.learned
-        if self._regression and self.shared_sigma is False:
+        if self._regression and self.options.shared_sigma is False:
             raise ValueError("shared_sigma=False: with a learned Gaussian noise, sigma^2 is the noise variance "
                              "shared by every sparse layer (paper 001)")
-        self._shared = self._regression or bool(self.shared_sigma)
+        self._shared = self._regression or bool(self.options.shared_sigma)
         priors = [s.prior for s in self._sites]
         sigmas = [p.sigma for p in priors]
         if self._shared and len(set(sigmas)) > 1:
@@ -336,8 +207,8 @@ class AdaptiveSpikeSlab:
                              f"got {dict(zip((s.name for s in self._sites), sigmas))}")
         self._v0 = [p.v0 for p in priors]
         self._v1 = [p.v1 for p in priors]
-        self._b = [float(self.beta_b if self.beta_b is not None else s.size) for s in self._sites]
-        if min(self._b[i] + self.beta_a + s.size - 2 for i, s in enumerate(self._sites)) <= 0:
+        self._b = [float(self.options.beta_b if self.options.beta_b is not None else s.size) for s in self._sites]
+        if min(self._b[i] + self.options.beta_a + s.size - 2 for i, s in enumerate(self._sites)) <= 0:
             raise ValueError("beta_a + beta_b + p - 2 must be positive for every sparse layer")
         self._sa = SpikeSlabState.initial(self.num_chains, [s.size for s in self._sites], self._v0, self._v1,
                                           sigmas, [p.inclusion_prob for p in priors])
@@ -394,10 +265,10 @@ class AdaptiveSpikeSlab:
         self._omega = 0.0
         if self._k <= 1:  # the first iteration moves under the initial hyperparameters
             return
-        self._omega = 1.0 if self.mode == "em" else sa_weight(self._k, self.sa_scale, self.sa_offset,
-                                                               self.sa_power, self.sa_max)
-        new = sa_update(self._sa, betas, self._omega, self._v0, self._v1, self.beta_a, self._b, self.ig_nu,
-                        self.ig_lambda, self._shared, self.num_data, scaled_rss)
+        self._omega = 1.0 if self.options.mode == "em" else sa_weight(self._k, self.options.sa_scale, self.options.sa_offset,
+                                                               self.options.sa_power, self.options.sa_max)
+        new = sa_update(self._sa, betas, self._omega, self._v0, self._v1, self.options.beta_a, self._b, self.options.ig_nu,
+                        self.options.ig_lambda, self._shared, self.num_data, scaled_rss)
         self._sa = new if bool(ok.all()) else new.where(ok, self._sa)
 
     def _potential_value(self, value: Tensor, betas: list[Tensor], theta: Tensor) -> Tensor:
@@ -450,7 +321,7 @@ class SGLDSA(AdaptiveSpikeSlab, SGLD):
     """SGLD-SA (paper 001, Algorithm 1): SGLD on the weights, stochastic approximation
     of the spike-and-slab hyperparameters; ``mode="em"`` is SGLD-EM.
 
-    Options: :class:`AdaptiveSpikeSlab` and :class:`~bnnzoo.inference.sgmcmc.SGMCMCKernel`.
+    Options: :class:`SGLDSAOptions`.
 
     Examples
     --------
@@ -460,41 +331,16 @@ class SGLDSA(AdaptiveSpikeSlab, SGLD):
     >>> kernel.state.rho   # inclusion probabilities, one [C, p] tensor per sparse layer
     """
 
+    Options = SGLDSAOptions
+
 
 class SGHMCSA(AdaptiveSpikeSlab, SGHMC):
     """SGHMC-SA (paper 001): SGHMC on the weights, stochastic approximation of the
     spike-and-slab hyperparameters; ``mode="em"`` is SGHMC-EM.
 
-    Options: :class:`AdaptiveSpikeSlab`, :class:`~bnnzoo.inference.sgmcmc.SGHMC`
-    (``friction``, ``noise_estimate``) and :class:`~bnnzoo.inference.sgmcmc.SGMCMCKernel`.
+    Options: :class:`SGHMCSAOptions`.
     """
 
-
-# ------------------------------------------------------------- the engines
-@engine("sgld_sa")
-def sgld_sa(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 1e-4,
-            mode: str = "sa", sa_scale: float = 10.0, sa_offset: float = 1000.0, sa_power: float = 0.7,
-            sa_max: float = 1.0, beta_a: float = 1.0, beta_b: float | None = None, ig_nu: float = 1.0,
-            ig_lambda: float = 1.0, shared_sigma: bool | None = None,
-            schedule: str = "constant", decay_power: float = 1.0 / 3.0, decay_offset: float = 0.0,
-            cycle_length: int | None = None, batch_size: int | None = None, shared_minibatch: bool = False,
-            inverse_temperature: float = 1.0, annealing: float = 1.0, max_inverse_temperature: float = math.inf,
-            thin: int = 1, prune: float | None = None, prune_decay: float = 0.99, prune_period: float = 50.0,
-            prune_sites: list | None = None, chain_method: str = "vectorized", init_radius: float = 1.0) -> Draws:
-    """SGLD-SA (mode="em": SGLD-EM): SGLD with stochastic approximation of spike-and-slab hyperparameters."""
-    return run_engine(SGLDSA, locals())
+    Options = SGHMCSAOptions
 
 
-@engine("sghmc_sa")
-def sghmc_sa(model, x, y, num_samples, warmup_steps, num_chains, progress, step_size: float = 1e-5,
-             friction: float = 0.1, noise_estimate: float | str = 0.0, noise_decay: float = 0.01,
-             mode: str = "sa", sa_scale: float = 1.0, sa_offset: float = 1000.0, sa_power: float = 0.75,
-             sa_max: float = 1.0, beta_a: float = 1.0, beta_b: float | None = None, ig_nu: float = 1.0,
-             ig_lambda: float = 1.0, shared_sigma: bool | None = None,
-             schedule: str = "constant", decay_power: float = 1.0 / 3.0, decay_offset: float = 0.0,
-             cycle_length: int | None = None, batch_size: int | None = None, shared_minibatch: bool = False,
-             inverse_temperature: float = 1.0, annealing: float = 1.0, max_inverse_temperature: float = math.inf,
-             thin: int = 1, prune: float | None = None, prune_decay: float = 0.99, prune_period: float = 50.0,
-             prune_sites: list | None = None, chain_method: str = "vectorized", init_radius: float = 1.0) -> Draws:
-    """SGHMC-SA (mode="em": SGHMC-EM): SGHMC with stochastic approximation of spike-and-slab hyperparameters."""
-    return run_engine(SGHMCSA, locals())

@@ -12,7 +12,7 @@ import torch
 
 from bnnzoo.diagnostics import summary
 from bnnzoo.inference import BNNPotential, GroupSparseSGHMC, GroupSparseSGHMCOptimizer, run
-from bnnzoo.inference.group_sparse import e_step, em_due, group_sparse_sghmc_update
+from bnnzoo.inference.group_em import e_step, em_due, group_sparse_sghmc_update
 from bnnzoo.models import BNN, BNNSpec, Dense, Gaussian, GaussianLikelihood, GroupSpikeAndSlab
 
 

@@ -21,7 +21,7 @@ def test_samples_a_correlated_gaussian():
     stats = draws.sample_stats
     # nothing adapts: every transition used the given step size and steps
     assert np.all(stats["step_size"] == pytest.approx(0.35)) and np.all(stats["n_steps"] == 7)
-    assert kernel.step_size == 0.35 and kernel.trajectory_length == pytest.approx(0.35 * 7)
+    assert kernel.step_size == 0.35 and kernel.options.num_steps == 7
     assert not stats["diverging"].any()
     # and the mean acceptance is leapfrog's on this Gaussian (from the stationary start onwards)
     exact, exact_se = leapfrog_gaussian_acceptance(COV, 0.35, 7, draws=400_000)

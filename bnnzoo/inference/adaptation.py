@@ -1,0 +1,204 @@
+r"""Warm-up adaptation as small components, shared by the HMC-family kernels.
+
+* :class:`DualAveraging`: Nesterov dual averaging of :math:`\log\epsilon` toward a
+  target acceptance (Pyro's :class:`pyro.ops.dual_averaging.DualAveraging` inside);
+* :class:`PooledVariance`: per-coordinate variance of ``[C, D]`` batches pooled over
+  chains (Chan et al.'s parallel Welford update);
+* :func:`mass_windows`: Stan's doubling warm-up windows;
+* :func:`find_step_size`: the doubling/halving search for a first step size;
+* :func:`harmonic_mean_acceptance`, :func:`halton`;
+* :class:`ScalarAdam` and :func:`chees_gradient`: the ChEES trajectory-length update.
+
+The full rules are in ``docs/algorithms.md`` ("Adaptation components").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from pyro.ops.dual_averaging import DualAveraging as _PyroDualAveraging
+
+from .integrators import velocity
+
+__all__ = ["DualAveraging", "PooledVariance", "ScalarAdam", "chees_gradient", "find_step_size", "halton",
+           "harmonic_mean_acceptance", "mass_windows"]
+
+Tensor = torch.Tensor
+
+
+class DualAveraging:
+    r"""Dual averaging of ``log(step_size)`` toward a target acceptance
+    (Hoffman and Gelman 2014, Algorithm 5):
+
+    .. math::
+        \bar H_t = (1 - \tfrac{1}{t + t_0}) \bar H_{t-1} + \tfrac{1}{t + t_0}(\delta - \alpha_t),\quad
+        \log \epsilon_t = \mu - \tfrac{\sqrt t}{\gamma} \bar H_t,\quad
+        \log \bar\epsilon_t = t^{-\kappa} \log \epsilon_t + (1 - t^{-\kappa}) \log \bar\epsilon_{t-1}
+
+    with :math:`\mu = \log(10 \epsilon_0)`. Use :attr:`step_size` during warm-up
+    and :attr:`final_step_size` after it. The scheme is Pyro's
+    :class:`~pyro.ops.dual_averaging.DualAveraging`; this class adds the target, the
+    restart from a new step size and the clipping of a NaN or out-of-range acceptance.
+    """
+
+    def __init__(self, step_size: float, target: float, t0: float = 10.0,
+                 gamma: float = 0.05, kappa: float = 0.75):
+        self.target, self.t0, self.gamma, self.kappa = target, t0, gamma, kappa
+        self.restart(step_size)
+
+    def restart(self, step_size: float) -> None:
+        self._scheme = _PyroDualAveraging(math.log(10 * step_size), self.t0, self.kappa, self.gamma)
+        self._log_step = math.log(step_size)
+
+    @property
+    def t(self) -> int:
+        """Updates since the last restart."""
+        return self._scheme._t
+
+    def update(self, accept_prob: float) -> float:
+        """Feed one (mean) acceptance probability; returns the next step size."""
+        accept_prob = 0.0 if not math.isfinite(accept_prob) else min(max(accept_prob, 0.0), 1.0)
+        self._scheme.step(self.target - accept_prob)
+        self._log_step = self._scheme.get_state()[0]
+        return self.step_size
+
+    @property
+    def step_size(self) -> float:
+        return math.exp(self._log_step)
+
+    @property
+    def final_step_size(self) -> float:
+        return math.exp(self._scheme.get_state()[1]) if self.t else self.step_size
+
+
+class PooledVariance:
+    """Per-coordinate variance of ``[C, D]`` batches pooled over chains and steps
+    (Chan et al.'s parallel Welford update, in float64).
+
+    Pyro's :class:`~pyro.ops.welford.WelfordCovariance` takes one sample per call:
+    C Python-level updates per step for C chains; this merges the whole batch at once."""
+
+    def __init__(self):
+        self.n, self.mean, self.m2 = 0, None, None
+
+    def update(self, theta: Tensor) -> None:
+        x = theta.detach().double()
+        n_b, mean_b = x.shape[0], x.mean(0)
+        m2_b = ((x - mean_b) ** 2).sum(0)
+        if self.n == 0:
+            self.n, self.mean, self.m2 = n_b, mean_b, m2_b
+            return
+        n = self.n + n_b
+        delta = mean_b - self.mean
+        self.mean = self.mean + delta * n_b / n
+        self.m2 = self.m2 + m2_b + delta ** 2 * self.n * n_b / n
+        self.n = n
+
+    def variance(self) -> Tensor:
+        """Sample variance shrunk toward 1e-3 as in Stan: ``n/(n+5) var + 1e-3 * 5/(n+5)``."""
+        var = self.m2 / max(self.n - 1, 1)
+        return self.n / (self.n + 5.0) * var + 1e-3 * 5.0 / (self.n + 5.0)
+
+
+def mass_windows(warmup_steps: int, init_buffer: int = 75, term_buffer: int = 50,
+                 base_window: int = 25) -> list[tuple[int, int]]:
+    """Stan's warm-up schedule: ``[start, end)`` of the slow windows (doubling in
+    size) after which the mass matrix is re-estimated; none below 20 steps."""
+    if warmup_steps < 20:
+        return []
+    if init_buffer + base_window + term_buffer > warmup_steps:
+        init_buffer, term_buffer = int(0.15 * warmup_steps), int(0.1 * warmup_steps)
+        base_window = warmup_steps - init_buffer - term_buffer
+    end_slow = warmup_steps - term_buffer
+    windows, start, size = [], init_buffer, base_window
+    while start < end_slow:
+        end = start + size
+        if end + 2 * size > end_slow:
+            end = end_slow
+        windows.append((start, end))
+        start, size = end, 2 * size
+    return windows
+
+
+def halton(index: int, base: int = 2) -> float:
+    """The ``index``-th (>= 1) element of the van der Corput/Halton sequence in ``(0, 1)``."""
+    result, f = 0.0, 1.0 / base
+    while index > 0:
+        result += f * (index % base)
+        index //= base
+        f /= base
+    return result
+
+
+def harmonic_mean_acceptance(prob: Tensor, diverging: Tensor) -> float:
+    """Harmonic mean of the acceptance probabilities of the non-divergent chains
+    (0 if every chain diverged): dominated by the worst chains, so the step
+    size suits all of them (Hoffman et al. 2021, Sec. 4)."""
+    keep = ~diverging
+    if not keep.any():
+        return 0.0
+    return float(1.0 / (1.0 / prob[keep].double().clamp(min=1e-10)).mean())
+
+
+def find_step_size(step_size: float, one_step_acceptance: Callable[[float], float]) -> float:
+    """Double or halve ``step_size`` until ``one_step_acceptance(step_size)`` (the acceptance
+    statistic of one leapfrog step) crosses 0.5 (Hoffman and Gelman 2014, Algorithm 4);
+    kept inside ``(1e-10, 1e6)``."""
+    direction = 0
+    for _ in range(100):
+        new_direction = 1 if one_step_acceptance(step_size) > 0.5 else -1
+        if direction and new_direction != direction:
+            break
+        direction = new_direction
+        candidate = step_size * 2.0 ** direction
+        if not 1e-10 < candidate < 1e6:
+            break
+        step_size = candidate
+    return step_size
+
+
+class ScalarAdam:
+    r"""Adam on one scalar, *ascending* the objective:
+    :math:`v \leftarrow \beta_2 v + (1-\beta_2) g^2`,
+    :math:`m \leftarrow \beta_1 m + (1-\beta_1) g`,
+    :math:`x \leftarrow x + \text{lr}\, \hat m / (\sqrt{\hat v} + 10^{-8})`
+    with bias-corrected :math:`\hat m, \hat v`; the step is clipped to ``max_step``."""
+
+    def __init__(self, lr: float = 0.025, beta1: float = 0.0, beta2: float = 0.95, max_step: float = 0.35):
+        self.lr, self.beta1, self.beta2, self.max_step = lr, beta1, beta2, max_step
+        self.m = self.v = 0.0
+        self.t = 0
+
+    def step(self, x: float, grad: float) -> float:
+        self.t += 1
+        self.m = self.beta1 * self.m + (1 - self.beta1) * grad
+        self.v = self.beta2 * self.v + (1 - self.beta2) * grad * grad
+        m_hat = self.m / (1 - self.beta1 ** self.t)
+        v_hat = self.v / (1 - self.beta2 ** self.t)
+        update = self.lr * m_hat / (math.sqrt(v_hat) + 1e-8)
+        return x + min(max(update, -self.max_step), self.max_step)
+
+
+def chees_gradient(theta: Tensor, proposal: Tensor, p_new: Tensor, prob: Tensor, diverging: Tensor,
+                   time: float, inv_mass: Tensor) -> float:
+    r"""Acceptance-weighted estimate of :math:`d\,\mathrm{ChEES}/d\log T` (Hoffman et al. 2021):
+
+    .. math::
+        \hat g_m = t \left(\|\theta'_m - \bar\theta'\|^2 - \|\theta_m - \bar\theta\|^2\right)
+                   (\theta'_m - \bar\theta')^\top M^{-1} p'_m
+
+    averaged over chains with weights the acceptance probabilities (divergent
+    chains weigh 0); NaN if no chain counts."""
+    weight = torch.where(diverging, torch.zeros_like(prob), prob).double()
+    if float(weight.sum()) <= 1e-8:
+        return math.nan
+    x, x_new = theta.double(), torch.where(diverging.unsqueeze(-1), theta, proposal).double()
+    centred = x - x.mean(0)
+    centred_new = x_new - (weight.unsqueeze(-1) * x_new).sum(0) / weight.sum()
+    change = (centred_new ** 2).sum(-1) - (centred ** 2).sum(-1)
+    v_new = velocity(torch.where(diverging.unsqueeze(-1), torch.zeros_like(p_new), p_new).double(),
+                     inv_mass.double())
+    per_chain = time * change * (centred_new * v_new).sum(-1)
+    return float((weight * per_chain).sum() / weight.sum())

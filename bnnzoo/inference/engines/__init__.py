@@ -1,0 +1,9 @@
+"""The engine layer: the registry of engines (options read from the kernels' dataclasses),
+``run()`` and the drivers. No kernel imports this package."""
+
+from .driver import check_memory, run_flat_kernel, run_pyro_hmc, run_vi
+from .registry import DRIVER_OPTIONS, ENGINES, RUN_ARGUMENTS, Engine, register
+from .run import run
+
+__all__ = ["DRIVER_OPTIONS", "ENGINES", "Engine", "RUN_ARGUMENTS", "check_memory", "register", "run",
+           "run_flat_kernel", "run_pyro_hmc", "run_vi"]

@@ -1,0 +1,126 @@
+"""How engines run: one driver for every flat MCMC kernel, one for Pyro's NUTS/HMC, one for VI.
+
+The driver owns what is the same for every kernel: the potential (compiled or
+not), the chain split (``chain_method="vectorized"``: the C chains are one
+``[C, D]`` batch inside one Pyro chain; ``"sequential"``: C Pyro chains of one
+chain each), the memory check of a vectorized run, Pyro's ``MCMC`` driver, the
+split into chains and the compile time. Each returns :class:`~bnnzoo.results.Draws`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pyro.infer import MCMC
+
+from ...models.spec import Conv2d
+from ...results import Draws, split_mcmc
+from ..potential import BNNPotential, FlatPotential, initial_theta, make_potential
+from ..vi import sample_mean_field
+
+__all__ = ["check_memory", "run_flat_kernel", "run_pyro_hmc", "run_vi"]
+
+
+def _available_memory() -> int | None:
+    """``MemAvailable`` from ``/proc/meminfo`` in bytes (None where unreadable)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _widest_activation(spec) -> int:
+    """Largest number of activations per data row over the network's layers."""
+    feature = tuple(spec.input_shape) if spec.input_shape else (int(spec.input_dim),)
+    widest = math.prod(feature)
+    for layer in spec.layers:
+        if isinstance(layer, Conv2d):
+            _, h, w = feature
+            size = lambda n: (n + 2 * layer.padding - layer.kernel_size) // layer.stride + 1  # noqa: E731
+            widest = max(widest, layer.channels * size(h) * size(w))
+            feature = layer.output_shape(feature)
+        else:
+            widest = max(widest, layer.units)
+            feature = (layer.units,)
+    return widest
+
+
+def check_memory(model, num_chains: int, num_data: int, engine: str = "chees", fraction: float = 0.75) -> None:
+    """Refuse, before sampling, a vectorized run whose batched chains would not fit in memory.
+
+    Estimate: ``C * D * 8 * 16`` (positions, momenta, gradients, proposals and
+    adaptation state) ``+ C * N * widest * 4 * 6`` (the batched forward pass and
+    its backward) bytes; an error if above ``fraction`` of ``MemAvailable``. No
+    check where ``/proc/meminfo`` is unreadable or the model is not a BNN.
+    """
+    available = _available_memory()
+    if available is None or not hasattr(model, "num_params"):
+        return
+    dim = int(model.num_params)
+    widest = _widest_activation(model.spec) if hasattr(model, "spec") else 0
+    estimate = num_chains * dim * 8 * 16 + num_chains * num_data * widest * 4 * 6
+    if estimate > fraction * available:
+        gib = 2.0 ** 30
+        raise ValueError(
+            f"num_chains={num_chains}: the {engine} engine would need about {estimate / gib:.1f} GiB "
+            f"({num_chains} chains x {dim} parameters, {num_data} data rows x {widest} activations), "
+            f"more than {fraction:.0%} of the {available / gib:.1f} GiB available; use fewer chains")
+
+
+def _record_compile_time(draws: Draws, potential: FlatPotential) -> Draws:
+    if getattr(potential, "compile", False):
+        draws.compile_seconds = potential.compile_seconds
+        draws.notes["compile_seconds"] = potential.compile_seconds
+    return draws
+
+
+def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
+                    options: dict, chain_method: str = "vectorized", compile: bool = False) -> Draws:
+    """Run ``engine.kernel`` (a :class:`~bnnzoo.inference.kernels.base.FlatKernel`) under Pyro's ``MCMC``."""
+    vectorized = chain_method == "vectorized"
+    potential = make_potential(model, x, y, compile=compile)
+    if "chain_method" in engine.kernel.Options.names():
+        options = {**options, "chain_method": chain_method}
+    kernel = engine.kernel(potential=potential, num_chains=num_chains if vectorized else 1, **options)
+    kernel.check_potential(potential)  # before any chain starts
+    if vectorized and num_chains > 1:
+        check_memory(model, num_chains, int(x.shape[0]), engine.name)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps,
+                num_chains=1 if vectorized else num_chains, transforms=potential.transforms,
+                disable_progbar=not progress)
+    mcmc.run(x, y)
+    draws = split_mcmc(mcmc)
+    draws.notes.update(kernel.notes())
+    return _record_compile_time(draws, potential)
+
+
+def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
+                 options: dict) -> Draws:
+    """Pyro's NUTS/HMC (bnnzoo's recording subclasses): on the BNN's batched potential when
+    ``fast``, with initial points drawn like bnnzoo's kernels draw theirs."""
+    opts = engine.kernel.Options(**options)
+    kwargs = opts.pyro_kwargs(model)
+    initial = None
+    if opts.fast:
+        potential = BNNPotential(model, x, y)
+        kernel = engine.kernel(potential_fn=potential.potential_fn, **kwargs)
+        theta = initial_theta(potential, num_chains, opts.init_radius)
+        initial = potential.unflatten(theta if num_chains > 1 else theta[0])
+    else:
+        kernel = engine.kernel(model, **kwargs)
+        potential = make_potential(model, x, y)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
+                initial_params=initial, transforms=potential.transforms, disable_progbar=not progress)
+    mcmc.run(x, y)
+    return split_mcmc(mcmc)
+
+
+def run_vi(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
+           options: dict) -> Draws:
+    """Mean-field VI: one independent fit per chain, ``num_samples`` draws from each guide."""
+    opts = engine.options_cls(**options)
+    return sample_mean_field(make_potential(model, x, y), opts, num_samples, num_chains)

@@ -1,0 +1,148 @@
+"""Inference engines by name.
+
+An engine is a kernel (or a VI fit) plus the driver that runs it. Its options are
+read from the kernel's options dataclass, the one place where each option's default,
+meaning and check live; the driver adds ``chain_method`` and ``compile`` where the
+engine supports them. A new kernel is one file in ``inference/kernels/`` and one
+:func:`register` line below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Callable
+
+from ...results import Draws
+from ..kernels.chees import ChEESHMC
+from ..kernels.group_sparse import GroupSparseSGHMC
+from ..kernels.hmc import FixedStepHMC
+from ..kernels.proximal_hmc import ProximalHMC
+from ..kernels.pyro_hmc import HMC, NUTS
+from ..kernels.rwmh import RandomWalkMH
+from ..kernels.sghmc import SGHMC
+from ..kernels.sgld import SGLD
+from ..kernels.spike_slab_sa import SGHMCSA, SGLDSA
+from ..options import choice, flag, suggest
+from ..vi import VIOptions
+from .driver import run_flat_kernel, run_pyro_hmc, run_vi
+
+__all__ = ["DRIVER_OPTIONS", "ENGINES", "Engine", "RUN_ARGUMENTS", "register"]
+
+#: options of the run itself (``run()``'s keywords), never an engine's
+RUN_ARGUMENTS = ("num_samples", "warmup_steps", "num_chains", "seed", "progress")
+#: option -> (default, meaning, check) of the driver, for the engines that take it
+DRIVER_OPTIONS = {
+    "chain_method": ("vectorized", "the chains as one [C, D] batch ('vectorized') or one after another "
+                     "('sequential')", choice("vectorized", "sequential")),
+    "compile": (False, "run the potential and the leapfrog step as torch.compile graphs (BNN with an "
+                "analytic gradient; needs a C++ compiler)", flag),
+}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A registered inference engine.
+
+    Attributes
+    ----------
+    name, kind : str
+        ``kind`` is ``"mcmc"`` or ``"vi"``.
+    options_cls : type
+        The options dataclass (a kernel's, or :class:`~bnnzoo.inference.vi.VIOptions`).
+    runner : callable
+        ``runner(engine, model, x, y, num_samples, warmup_steps, num_chains, progress, options, **driver)``
+        returning :class:`~bnnzoo.results.Draws`.
+    description : str
+    kernel : type, optional
+        The ``MCMCKernel`` class.
+    driver : tuple of str
+        The :data:`DRIVER_OPTIONS` this engine takes.
+    """
+
+    name: str
+    kind: str
+    options_cls: type
+    runner: Callable[..., Draws]
+    description: str
+    kernel: type | None = None
+    driver: tuple[str, ...] = ()
+
+    def defaults(self) -> dict[str, Any]:
+        """Engine options with their default values (run-level ``num_chains`` excluded)."""
+        own = {f.name: f.default for f in fields(self.options_cls) if f.name not in RUN_ARGUMENTS}
+        return {**own, **{k: DRIVER_OPTIONS[k][0] for k in self.driver}}
+
+    def options(self) -> list[str]:
+        """Engine-specific keyword options (beyond the run's own)."""
+        return list(self.defaults())
+
+    def option_docs(self) -> dict[str, str]:
+        """One line of meaning per option."""
+        docs = {f.name: f.metadata.get("doc", "") for f in fields(self.options_cls)}
+        docs = {k: docs.get(k, "") for k in self.defaults()}
+        return {**docs, **{k: DRIVER_OPTIONS[k][1] for k in self.driver}}
+
+    def check(self, options: dict[str, Any], num_chains: int = 1) -> tuple[dict, dict]:
+        """Validate ``options`` before anything runs: ``(engine options, driver options)``,
+        or a ``ValueError`` naming the engine, the option and the value."""
+        unknown = [k for k in options if k not in self.defaults()]
+        if unknown:
+            hint = suggest(unknown[0], self.options() + list(RUN_ARGUMENTS)) if len(unknown) == 1 else ""
+            raise ValueError(f"engine {self.name!r}: unknown option(s) {', '.join(unknown)}{hint}; "
+                             f"valid options: {', '.join(self.options()) or '(none)'}")
+        driver = {k: options.get(k, DRIVER_OPTIONS[k][0]) for k in self.driver}
+        for k, value in driver.items():
+            DRIVER_OPTIONS[k][2](k, value)
+        own = {k: v for k, v in options.items() if k not in self.driver}
+        vectorized = driver.get("chain_method", "vectorized") == "vectorized"
+        has_chains = any(f.name == "num_chains" for f in fields(self.options_cls))
+        chains = {"num_chains": num_chains if vectorized else 1} if has_chains else {}
+        try:
+            self.options_cls(**own, **chains)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"engine {self.name!r}: {err}") from None
+        return own, driver
+
+    def run(self, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
+            **options) -> Draws:
+        own, driver = self.check(options, num_chains)
+        return self.runner(self, model, x, y, num_samples, warmup_steps, num_chains, progress, own, **driver)
+
+
+ENGINES: dict[str, Engine] = {}
+
+
+def register(name: str, options_cls: type, runner: Callable[..., Draws], description: str, kind: str = "mcmc",
+             kernel: type | None = None, driver: tuple[str, ...] = ()) -> Engine:
+    """Add an engine to :data:`ENGINES`."""
+    ENGINES[name] = Engine(name, kind, options_cls, runner, description, kernel, driver)
+    return ENGINES[name]
+
+
+def _kernel(name: str, kernel: type, description: str, driver: tuple[str, ...] = ("chain_method",)) -> None:
+    register(name, kernel.Options, run_flat_kernel, description, kernel=kernel, driver=driver)
+
+
+register("nuts", NUTS.Options, run_pyro_hmc, "Pyro's No-U-Turn sampler (on bnnzoo's fast potential unless "
+         "fast=False)", kernel=NUTS)
+register("hmc", HMC.Options, run_pyro_hmc, "Pyro's Hamiltonian Monte Carlo with a fixed number of leapfrog steps",
+         kernel=HMC)
+_kernel("rwmh", RandomWalkMH, "Random-walk Metropolis with its scale adapted toward acceptance 0.234")
+_kernel("chees", ChEESHMC, "ChEES-HMC: all chains as one batch, jittered trajectory length adapted across "
+        "chains", driver=("compile",))
+_kernel("fixed_hmc", FixedStepHMC, "HMC with a fixed step size and number of leapfrog steps, no adaptation; "
+        "all chains as one batch", driver=("compile",))
+_kernel("proximal_hmc", ProximalHMC, "Proximal HMC for L1 / Laplace priors: proximal leapfrog force, exact "
+        "Metropolis test", driver=("chain_method", "compile"))
+_kernel("sgld", SGLD, "Stochastic gradient Langevin dynamics: minibatch gradients, step-size schedules, "
+        "tempering, pruning")
+_kernel("sghmc", SGHMC, "Stochastic gradient HMC (SGD-with-momentum form): friction, noise estimate, "
+        "schedules, tempering, pruning")
+_kernel("sgld_sa", SGLDSA, "SGLD-SA (mode=\"em\": SGLD-EM): SGLD with stochastic approximation of "
+        "spike-and-slab hyperparameters")
+_kernel("sghmc_sa", SGHMCSA, "SGHMC-SA (mode=\"em\": SGHMC-EM): SGHMC with stochastic approximation of "
+        "spike-and-slab hyperparameters")
+_kernel("sghmc_group_ss", GroupSparseSGHMC, "Group spike-and-slab SGHMC (paper 004): EM weight decay per "
+        "group, one-shot group pruning, cyclical steps")
+register("svi", VIOptions, run_vi, "Mean-field Normal variational inference; one independent fit per chain",
+         kind="vi")

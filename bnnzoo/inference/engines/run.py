@@ -1,0 +1,156 @@
+"""``run()``: one model, one engine, one :class:`~bnnzoo.results.Run`."""
+
+from __future__ import annotations
+
+import time
+
+import pyro
+
+from ... import validation
+from ...data import Dataset, check_data, load
+from ...models import BNN, zoo
+from ...models.spec import spec_from
+from ...results import Run
+from ..tuning import recommend_target_accept
+from .registry import ENGINES, Engine
+
+__all__ = ["run"]
+
+
+# ------------------------------------------------------------- helpers
+def _resolve_model(model_or_spec) -> BNN:
+    if isinstance(model_or_spec, BNN):
+        return model_or_spec
+    if isinstance(model_or_spec, str) and model_or_spec in zoo.ZOO:
+        return BNN(zoo.get(model_or_spec))
+    return BNN(spec_from(model_or_spec))
+
+
+def _resolve_data(data, model: BNN, seed: int) -> Dataset:
+    if isinstance(data, str):
+        data = load(data, seed=seed)
+    elif isinstance(data, dict):
+        data = load(seed=seed, **data) if "name" in data else Dataset(**data)
+    elif isinstance(data, (tuple, list)):
+        if len(data) not in (2, 4):
+            raise ValueError(f"data: expected (x, y) or (x_train, y_train, x_test, y_test), got {len(data)} items")
+        x, y = data[:2]
+        xt, yt = data[2:] if len(data) == 4 else (x, y)
+        data = Dataset("user", model.task, x, y, xt, yt, num_classes=model.spec.num_classes)
+    if not isinstance(data, Dataset):
+        raise TypeError(f"data: expected a Dataset, a dataset name or (x, y), got {type(data).__name__}")
+    spec = model.spec
+    for split, (x, y) in {"train": (data.x_train, data.y_train), "test": (data.x_test, data.y_test)}.items():
+        check_data(x, y, task=model.task, input_dim=spec.num_inputs, num_classes=spec.num_classes,
+                   name=f"{data.name}/{split}")
+    if data.task != model.task:
+        raise ValueError(f"data: {data.name} is a {data.task} data set but the model's "
+                         f"{spec.likelihood.kind} likelihood is for {model.task}")
+    return data
+
+
+def _recommended_options(spec: Engine, model: BNN, options: dict) -> tuple[dict, dict]:
+    """Fill a ``target_accept`` whose default is None ("recommended for this model")
+    with :func:`~bnnzoo.inference.tuning.recommend_target_accept`, so that the run
+    records the value used; the reason goes to ``Run.notes["target_accept_reason"]``
+    (an attribute of the run's InferenceData)."""
+    if "target_accept" not in spec.defaults() or spec.defaults()["target_accept"] is not None \
+            or options.get("target_accept") is not None:
+        return options, {}
+    recommended = recommend_target_accept(model, spec.name)
+    return {**options, "target_accept": recommended.value}, {"target_accept_reason": recommended.reason}
+
+
+def _check_counts(num_samples, warmup_steps, num_chains) -> None:
+    for name, value, minimum in (("num_samples", num_samples, 1), ("warmup_steps", warmup_steps, 0),
+                                 ("num_chains", num_chains, 1)):
+        validation.integer(name, value, minimum)
+
+
+def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
+        num_chains: int = 2, seed: int = 0, progress: bool = False, **engine_options) -> Run:
+    """Run one engine on one model and data set.
+
+    Parameters
+    ----------
+    model_or_spec : BNN, BNNSpec, dict, zoo name or TOML path
+    data : Dataset, dataset name, or ``(x, y)`` / ``(x, y, x_test, y_test)``
+    engine : str
+        A key of :data:`ENGINES`.
+    num_samples, warmup_steps, num_chains : int
+        Draws kept per chain, warm-up steps per chain, chains.
+    seed : int
+    progress : bool
+        Show Pyro's progress bar.
+    **engine_options
+        Options of the engine (``ENGINES[engine].options()`` lists them).
+
+    Returns
+    -------
+    Run
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r}: unknown engine; choose one of {', '.join(sorted(ENGINES))}")
+    spec = ENGINES[engine]
+    unknown = sorted(set(engine_options) - set(spec.options()))
+    if unknown:
+        raise ValueError(f"engine {engine!r}: unknown option(s) {', '.join(unknown)}; "
+                         f"valid options: {', '.join(spec.options()) or '(none)'}")
+    _check_counts(num_samples, warmup_steps, num_chains)
+    model = _resolve_model(model_or_spec)
+    data = _resolve_data(data, model, seed)
+    engine_options, tuning = _recommended_options(spec, model, engine_options)
+    pyro.set_rng_seed(seed)
+    start = time.perf_counter()
+    draws = spec.fn(model=model, x=data.x_train, y=data.y_train, num_samples=num_samples,
+                    warmup_steps=warmup_steps, num_chains=num_chains, progress=progress, **engine_options)
+    wall = time.perf_counter() - start
+    draws.notes.update(tuning)  # into the InferenceData's attrs too
+    counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
+    if spec.kind == "mcmc":
+        counts["warmup_steps"] = warmup_steps
+    return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=data, wall_time=wall,
+                          options={**counts, **spec.defaults(), **engine_options})
+
+
+def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
+        num_chains: int = 2, seed: int = 0, progress: bool = False, **engine_options) -> Run:
+    """Run one engine on one model and data set.
+
+    Parameters
+    ----------
+    model_or_spec : BNN, BNNSpec, dict, zoo name or TOML path
+    data : Dataset, dataset name, or ``(x, y)`` / ``(x, y, x_test, y_test)``
+    engine : str
+        A key of :data:`ENGINES`.
+    num_samples, warmup_steps, num_chains : int
+        Draws kept per chain, warm-up steps per chain, chains.
+    seed : int
+    progress : bool
+        Show Pyro's progress bar.
+    **engine_options
+        Options of the engine (``ENGINES[engine].options()`` lists them).
+
+    Returns
+    -------
+    Run
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r}: unknown engine; choose one of {', '.join(sorted(ENGINES))}")
+    spec = ENGINES[engine]
+    _check_counts(num_samples, warmup_steps, num_chains)
+    spec.check(engine_options, num_chains)
+    model = _resolve_model(model_or_spec)
+    data = _resolve_data(data, model, seed)
+    engine_options, tuning = _recommended_options(spec, model, engine_options)
+    pyro.set_rng_seed(seed)
+    start = time.perf_counter()
+    draws = spec.run(model, data.x_train, data.y_train, num_samples, warmup_steps, num_chains, progress,
+                     **engine_options)
+    wall = time.perf_counter() - start
+    draws.notes.update(tuning)  # into the InferenceData's attrs too
+    counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
+    if spec.kind == "mcmc":
+        counts["warmup_steps"] = warmup_steps
+    return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=data, wall_time=wall,
+                          options={**counts, **spec.defaults(), **engine_options})

@@ -1,0 +1,287 @@
+r"""Group spike-and-slab SGHMC (paper 004) as pure pieces: the update, the E-step, and a torch optimizer.
+
+One step on weights :math:`w`, momenta :math:`m` and variational scales
+:math:`\tau = \mathrm{sigmoid}(\rho)`, with :math:`g` the gradient of the *mean*
+minibatch loss, :math:`C^2` the step size, :math:`T` the temperature, :math:`d` the
+weight decay and :math:`\xi` the noise kept from the previous step
+(:func:`group_sparse_sghmc_update`):
+
+.. math::
+    \rho &\leftarrow \rho - \eta\,\bigl[T^2C^3 d\,\tau + T C^{1.5}\,\xi g - 1/(\tau N)\bigr],\qquad
+    \tau = \mathrm{sigmoid}(\rho),\\
+    m &\leftarrow \beta_1 m - C^2\beta_2\,(g + d\,w) + \sqrt{2 + 2\beta_1^2}\;C^{1.5}\,T\,\xi',\\
+    w &\leftarrow (w + \tau\,m)\odot\mathrm{mask}.
+
+The E-step (:func:`e_step`) gives each group the spike decay below ``soft_threshold``
+(else the slab decay) and prunes it for good below ``hard_threshold``.
+:class:`GroupSparseOptions` holds the hyperparameters with the paper's defaults;
+:class:`GroupSparseSGHMCOptimizer` is the same update for a ``torch.nn.Module``. The
+kernel is :class:`bnnzoo.inference.kernels.group_sparse.GroupSparseSGHMC`; the rules are
+in ``docs/algorithms.md`` ("Group spike-and-slab SGHMC").
+
+References
+----------
+"On the optimization and pruning for Bayesian deep learning" (paper 004), Sec. 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import validation
+from ..models.priors import group_dims
+from .options import Options, integer, option, optional, positive
+from .optim import closure_loss
+
+__all__ = ["GroupSparseOptions", "GroupSparseSGHMCOptimizer", "e_step", "em_due", "group_sparse_sghmc_update"]
+
+Tensor = torch.Tensor
+
+
+def group_sparse_sghmc_update(weight: Tensor, momentum: Tensor, rho: Tensor, noise: Tensor, grad: Tensor,
+                              decay: Tensor | float, step_size: float, temperature: float, num_data: int,
+                              rho_lr: float = 0.1, beta1: float = 0.1, beta2: float = 1.0,
+                              keep: Tensor | None = None, new_noise: Tensor | None = None):
+    r"""One step of paper 004's SGHMC (module docstring), elementwise on tensors of any shape.
+
+    Parameters
+    ----------
+    weight, momentum, rho : Tensor
+        :math:`w`, :math:`m` and :math:`\rho` (:math:`\tau = \mathrm{sigmoid}(\rho)`).
+    noise : Tensor
+        :math:`\xi`, the noise drawn by the previous step.
+    grad : Tensor
+        :math:`g`, the gradient of the mean minibatch loss.
+    decay : Tensor or float
+        Weight decay :math:`d` per weight.
+    step_size : float
+        :math:`C^2` (the cyclical schedule's value).
+    temperature, num_data : float, int
+        T and N.
+    rho_lr, beta1, beta2 : float
+        :math:`\eta`, :math:`\beta_1`, :math:`\beta_2`.
+    keep : Tensor of bool, optional
+        The hard mask: where False the weight is set to 0 and ``momentum``, ``rho`` stay as they are.
+    new_noise : Tensor, optional
+        :math:`\xi'` (default: a fresh ``N(0, I)`` draw).
+
+    Returns
+    -------
+    tuple of Tensor
+        ``(weight', momentum', rho', noise')``.
+    """
+    scale = math.sqrt(step_size)
+    tau = torch.sigmoid(rho)
+    rho_new = rho - rho_lr * (temperature ** 2 * scale ** 3 * decay * tau
+                              + temperature * scale ** 1.5 * noise * grad - 1.0 / (tau * num_data))
+    if new_noise is None:
+        new_noise = torch.randn_like(weight)
+    momentum_new = (beta1 * momentum - step_size * beta2 * (grad + decay * weight)
+                    + math.sqrt(2.0 + 2.0 * beta1 ** 2) * scale ** 1.5 * temperature * new_noise)
+    weight_new = weight + torch.sigmoid(rho_new) * momentum_new
+    if keep is not None:
+        weight_new = torch.where(keep, weight_new, torch.zeros_like(weight_new))
+        momentum_new = torch.where(keep, momentum_new, momentum)
+        rho_new = torch.where(keep, rho_new, rho)
+    return weight_new, momentum_new, rho_new, new_noise
+
+
+def e_step(weight: Tensor, within: tuple[int, ...], keep: Tensor, soft_threshold: float, hard_threshold: float,
+           slab_decay: float, spike_decay: float) -> tuple[Tensor, Tensor]:
+    """The E-step on one weight tensor: each group's mean ``w^2`` (over the dims ``within``
+    one group) picks its decay, ``spike_decay`` below ``soft_threshold`` else ``slab_decay``;
+    groups below ``hard_threshold`` leave the hard mask ``keep`` for good.
+
+    Returns ``(decay, keep)``, both shaped like ``weight``.
+    """
+    power = weight.pow(2).mean(within, keepdim=True) if within else weight.pow(2)
+    decay = torch.where(power < soft_threshold, spike_decay, slab_decay).to(weight.dtype).expand_as(weight)
+    return decay, keep & (power >= hard_threshold).expand_as(weight)
+
+
+def em_due(iteration: int, every: int, warmup: int) -> bool:
+    """True when iteration ``iteration`` (1, 2, ...) starts with an E-step: at the start
+    of every ``every`` iterations, once ``warmup`` such periods have passed."""
+    done = iteration - 1
+    return done % every == 0 and done >= warmup * every
+
+
+def _decay(name: str, value) -> None:
+    if value != "prior" and not (validation.is_real(value) and value >= 0):
+        raise ValueError(f"{name} must be a number >= 0 or 'prior', got {value!r}")
+
+
+def _nonnegative(name: str, value) -> None:
+    if not (validation.is_real(value) and value >= 0):
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+
+
+def _interval(low_open: bool):
+    def check(name: str, value) -> None:
+        if not (validation.is_real(value) and (0 < value if low_open else 0 <= value) and value <= 1):
+            raise ValueError(f"{name} must be in {'(' if low_open else '['}0, 1], got {value!r}")
+    return check
+
+
+def _em_every(name: str, value) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+
+
+@dataclass(frozen=True)
+class GroupSparseOptions(Options):
+    """Hyperparameters of the update and the E-step, with the paper's defaults;
+    validated on construction (errors name the option and the value)."""
+
+    momentum: float = option(0.1, "beta_1 in [0, 1]", _interval(False))
+    grad_scale: float = option(1.0, "beta_2 in (0, 1]", _interval(True))
+    rho_lr: float = option(0.1, "eta > 0, the step size of rho", positive)
+    temperature: float | None = option(None, "T > 0 (None: N^-1/2)", optional(positive))
+    decay: float | str = option(5e-4, "weight decay (>= 0, or 'prior') of the weights outside any group", _decay)
+    slab_decay: float | str = option(5e-4, "weight decay (>= 0, or 'prior') of slab groups", _decay)
+    spike_decay: float | str = option(0.1, "weight decay (>= 0, or 'prior') of spike groups", _decay)
+    soft_threshold: float = option(1e-2, "E-step: a group with mean w^2 below this is in the spike", _nonnegative)
+    hard_threshold: float = option(1e-3, "E-step: a group with mean w^2 below this is pruned for good",
+                                   _nonnegative)
+    em_warmup: int = option(50, "E-step periods (epochs by default) before the first E-step", integer(0))
+    em_every: int | None = option(None, "iterations between E-steps (None: one epoch)", _em_every)
+    init_momentum: float = option(1e-3, "initial momentum init_momentum * N(0, I)", _nonnegative)
+
+    def update(self, weight, momentum, rho, noise, grad, decay, step_size, temperature, num_data, keep=None):
+        """:func:`group_sparse_sghmc_update` with these options."""
+        return group_sparse_sghmc_update(weight, momentum, rho, noise, grad, decay, step_size, temperature,
+                                         num_data, self.rho_lr, self.momentum, self.grad_scale, keep)
+
+    def initial_state(self, weight: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(momentum, rho, noise)`` before the first step: ``init_momentum * N(0, I)``,
+        0 (:math:`\\tau = 1/2`) and ``N(0, I)``."""
+        return self.init_momentum * torch.randn_like(weight), torch.zeros_like(weight), torch.randn_like(weight)
+
+
+# ------------------------------------------------------------ the optimizer
+_OPTION_NAMES = tuple(f.name for f in dataclasses.fields(GroupSparseOptions))
+
+
+@functools.lru_cache(maxsize=64)
+def _options(values: tuple) -> GroupSparseOptions:
+    return GroupSparseOptions(**dict(zip(_OPTION_NAMES, values)))
+
+
+class GroupSparseSGHMCOptimizer(torch.optim.Optimizer):
+    """The same update (:func:`group_sparse_sghmc_update`, :func:`e_step`) as a
+    ``torch.optim.Optimizer``, for a ``torch.nn.Module`` trained directly.
+
+    The loss whose gradient ``step()`` uses is the *mean* minibatch loss (e.g.
+    ``nn.MSELoss()``); ``lr`` is :math:`C^2`, so torch's schedulers give the cyclical
+    cosine schedule (``CosineAnnealingWarmRestarts(optimizer, T_0=cycle_length)``).
+
+    Parameters
+    ----------
+    params : iterable
+        Parameters or parameter groups (dicts); every option below may be set per group.
+    num_data : int
+        N, the training set size.
+    lr : float
+        :math:`C^2` (paper: 0.01).
+    group : str or tuple of int or None
+        Groups of a weight: ``"auto"`` (input columns of a 2-D weight, kernels of a
+        4-D one), ``"input"``, ``"output"``, ``"kernel"`` (as
+        :class:`~bnnzoo.models.GroupSpikeAndSlab`), the dims within a group, or None
+        (no groups: plain ``decay``, never pruned). 1-D parameters (biases) are never grouped.
+    **options
+        :class:`GroupSparseOptions` fields; ``decay``, ``slab_decay``, ``spike_decay``
+        must be numbers here. With ``em_every`` (iterations, e.g. ``len(loader)``) the
+        E-step runs by itself; without it call :meth:`e_step` at the start of an epoch.
+
+    Examples
+    --------
+    >>> opt = GroupSparseSGHMCOptimizer([{"params": [net.fc1.weight], "group": "input"},
+    ...                                  {"params": rest, "group": None}], num_data=N, em_every=len(loader))
+    >>> loss = nn.functional.mse_loss(net(x), y); opt.zero_grad(); loss.backward(); opt.step()
+    """
+
+    def __init__(self, params, num_data: int, lr: float = 1e-2, group: str | tuple | None = "auto", **options):
+        if isinstance(num_data, bool) or not isinstance(num_data, (int, np.integer)) or num_data < 1:
+            raise ValueError(f"num_data must be a positive integer, got {num_data!r}")
+        defaults = dict(lr=lr, num_data=int(num_data), group=group,
+                        **dataclasses.asdict(GroupSparseOptions(**options)))
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        validation.positive("lr", group["lr"])
+        rule = self._rule(group)
+        for name in ("decay", "slab_decay", "spike_decay"):
+            if getattr(rule, name) == "prior":
+                raise ValueError(f"{name}='prior': the optimizer knows no prior; give a number")
+        for p in group["params"]:
+            self._within(p, group["group"])  # a clear error for a grouping that does not fit
+
+    @staticmethod
+    def _rule(group: dict) -> GroupSparseOptions:
+        """The group's options, built (and validated) once per distinct setting, not at every step."""
+        return _options(tuple(group[name] for name in _OPTION_NAMES))
+
+    @staticmethod
+    def _within(p: Tensor, group) -> tuple[int, ...] | None:
+        """The dims within one group of ``p`` (None: ungrouped)."""
+        if group is None or p.dim() <= 1:
+            return None
+        return tuple(group) if not isinstance(group, str) else group_dims(tuple(p.shape), group)
+
+    def _state(self, p: Tensor, rule: GroupSparseOptions, grouped: bool) -> dict:
+        state = self.state[p]
+        if not state:
+            state["momentum"], state["rho"], state["noise"] = rule.initial_state(p)
+            state["keep"] = torch.ones_like(p, dtype=torch.bool)
+            state["decay"] = torch.full_like(p, float(rule.slab_decay if grouped else rule.decay))
+            state["step"] = 0
+        return state
+
+    @torch.no_grad()
+    def e_step(self) -> None:
+        """Re-decide every group's decay and prune the groups below ``hard_threshold``."""
+        for group in self.param_groups:
+            rule = self._rule(group)
+            for p in group["params"]:
+                within = self._within(p, group["group"])
+                if within is None:
+                    continue
+                state = self._state(p, rule, True)
+                state["decay"], state["keep"] = e_step(p, within, state["keep"], rule.soft_threshold,
+                                                       rule.hard_threshold, rule.slab_decay, rule.spike_decay)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One update of every parameter with a gradient (after the E-step when it is due)."""
+        loss = closure_loss(closure)
+        for group in self.param_groups:
+            rule = self._rule(group)
+            temperature = rule.temperature or group["num_data"] ** -0.5
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                within = self._within(p, group["group"])
+                state = self._state(p, rule, within is not None)
+                state["step"] += 1
+                if within is not None and rule.em_every and em_due(state["step"], rule.em_every, rule.em_warmup):
+                    state["decay"], state["keep"] = e_step(p, within, state["keep"], rule.soft_threshold,
+                                                           rule.hard_threshold, rule.slab_decay, rule.spike_decay)
+                w, state["momentum"], state["rho"], state["noise"] = rule.update(
+                    p, state["momentum"], state["rho"], state["noise"], p.grad, state["decay"], group["lr"],
+                    temperature, group["num_data"], state["keep"])
+                p.copy_(w)
+        return loss
+
+
+# ------------------------------------------------------------- the engine
+_DEFAULT = GroupSparseOptions()
+
+

@@ -1,0 +1,206 @@
+r"""ChEES-HMC: many-chain HMC with a jittered trajectory length adapted by ChEES.
+
+:class:`~.hmc.AdaptiveHMC` (step size and mass matrix) plus one more component:
+the trajectory length :math:`T`, adapted by Adam on the ChEES criterion
+(:func:`~bnnzoo.inference.adaptation.chees_gradient`), jittered per transition.
+The rules are in ``docs/algorithms.md`` ("ChEES-HMC").
+
+Hoffman, Radul and Sountsov (2021), "An adaptive MCMC scheme for setting
+trajectory lengths in Hamiltonian Monte Carlo", AISTATS.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..adaptation import ScalarAdam, chees_gradient, halton
+from ..integrators import leapfrog, velocity
+from .hmc import AdaptiveHMC, WarmupOptions
+from ..options import choice, flag, integer, option, optional, positive
+
+__all__ = ["ChEESHMC", "ChEESOptions", "JITTERS"]
+
+Tensor = torch.Tensor
+JITTERS = ("halton", "uniform")
+
+
+@dataclass(frozen=True)
+class ChEESOptions(WarmupOptions):
+    """Options of :class:`ChEESHMC`."""
+
+    num_chains: int = option(16, "chains advanced together; ChEES needs >= 2 (a cross-chain estimate)",
+                             integer(1))
+    step_size: float = option(0.1, "initial leapfrog step size (refined by a search before warm-up)", positive)
+    trajectory_length: float | None = option(
+        None, "initial T, fixed if adapt_trajectory=False (None: the chains' U-turn time at each mass update)",
+        optional(positive))
+    adapt_trajectory: bool = option(True, "adapt T by ChEES during warm-up", flag)
+    max_leapfrog_steps: int = option(1000, "cap on leapfrog steps per transition", integer(1))
+    jitter: str = option("halton", "trajectory jitter u_n in (0, 1): quasi-random 'halton' or 'uniform'",
+                         choice(*JITTERS))
+
+    def validate(self) -> None:
+        if self.adapt_trajectory and self.num_chains < 2:
+            raise ValueError(f"num_chains must be >= 2 for ChEES trajectory adaptation (a cross-chain "
+                             f"estimate), got {self.num_chains!r}; or pass adapt_trajectory=False")
+
+
+class ChEESHMC(AdaptiveHMC):
+    r"""HMC for C chains run as one batch, with a jittered trajectory length
+    adapted by ChEES (Hoffman, Radul and Sountsov 2021, Algorithm 1).
+
+    Each transition draws :math:`p \sim N(0, M)` for every chain, a jitter
+    :math:`u_n \in (0, 1)` shared by all chains (Halton sequence or uniform),
+    and runs :math:`L_n = \lceil u_n T / \epsilon \rceil` leapfrog steps
+    (at most ``max_leapfrog_steps``), then a Metropolis test per chain.
+
+    Warm-up: the step size and the diagonal mass as in
+    :class:`~bnnzoo.inference.kernels.hmc.AdaptiveHMC` (dual averaging of the
+    harmonic-mean acceptance toward ``target_accept``: 0.651 for a smooth network,
+    0.45 for a ReLU-family one, :func:`~bnnzoo.inference.tuning.recommend_target_accept`);
+    and :math:`T` by Adam (lr 0.025, :math:`\beta_1 = 0`, :math:`\beta_2 = 0.95`) ascending
+    ChEES in :math:`\log T`, kept in :math:`[\bar\epsilon, \bar\epsilon L_{\max}]`
+    with :math:`\bar\epsilon` dual averaging's averaged step size. At each mass
+    update :math:`T` restarts from the chains' median U-turn time (:meth:`u_turn_time`)
+    unless ``trajectory_length`` was given, in which case the expected distance
+    :math:`T \sqrt{\operatorname{tr} M^{-1}}` is kept. After warm-up :math:`T` is the
+    running average :math:`\log \bar T_n = n^{-1/2} \log T_n + (1 - n^{-1/2}) \log \bar T_{n-1}`
+    (restarted at each mass update); all is frozen.
+
+    Options: :class:`ChEESOptions`. Per-draw statistics: those of
+    :class:`~bnnzoo.inference.kernels.hmc.FixedStepHMC` and ``trajectory_length``
+    (the un-jittered :math:`T`).
+
+    Examples
+    --------
+    >>> from pyro.infer import MCMC
+    >>> mcmc = MCMC(ChEESHMC(model, num_chains=32), num_samples=500, warmup_steps=500)
+    >>> mcmc.run(x, y)
+    >>> draws = split_mcmc(mcmc)   # 32 chains
+
+    **References**
+
+    Hoffman, M. D., Radul, A. and Sountsov, P. (2021). An adaptive MCMC scheme
+    for setting trajectory lengths in Hamiltonian Monte Carlo. AISTATS.
+    """
+
+    Options = ChEESOptions
+    target_family = "chees"
+    stat_names = AdaptiveHMC.stat_names + ("trajectory_length",)
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.trajectory_length = self.options.trajectory_length
+        self._adam = ScalarAdam()
+        self._log_length_avg, self._length_count = 0.0, 0
+        self._jitter_index = 0
+        self._guess_trajectory_length = False
+        self._length_now = None
+
+    def prepare(self, theta: Tensor) -> None:
+        super().prepare(theta)
+        if self.trajectory_length is None:
+            self.trajectory_length = 10 * self.step_size
+            self._guess_trajectory_length = self.options.adapt_trajectory
+        self._clip_trajectory_length()
+
+    def _clip_trajectory_length(self) -> None:
+        """Keep :math:`T` in ``[eps, max_leapfrog_steps * eps]``. During warm-up
+        ``eps`` is dual averaging's *averaged* step size: its raw iterates swing
+        by 10x, and clipping to them would cut :math:`T` down at every dip."""
+        step_size = self.step_size
+        if self.options.adapt_step_size and self.in_warmup and self._step_adapter.t:
+            step_size = self._step_adapter.final_step_size
+        low, high = step_size, step_size * self.options.max_leapfrog_steps
+        self.trajectory_length = min(max(self.trajectory_length, low), high)
+
+    # ---------------------------------------------------------- sampling
+    def _next_jitter(self) -> float:
+        self._jitter_index += 1
+        if self.options.jitter == "halton":
+            return halton(self._jitter_index)
+        return 1.0 - float(torch.rand(()))  # in (0, 1]
+
+    def leapfrog_steps(self) -> int:
+        self._length_now = self.trajectory_length  # reported with the transition
+        steps = math.ceil(self._next_jitter() * self.trajectory_length / self.step_size)
+        return min(max(steps, 1), self.options.max_leapfrog_steps)
+
+    def extra_stats(self, theta: Tensor) -> dict[str, Tensor]:
+        return {"trajectory_length": torch.full((theta.shape[0],), self._length_now, dtype=theta.dtype)}
+
+    # -------------------------------------------------------- adaptation
+    def adapt(self, theta, tr, prob, diverging, time, theta_out) -> None:
+        self.adapt_step_size(prob, diverging, tr.finite)
+        if self.options.adapt_trajectory:
+            self._adapt_trajectory(theta, tr.theta, tr.p, prob, diverging, time)
+        self.adapt_mass(theta_out)
+        self.end_warmup_if_last()
+        self._clip_trajectory_length()
+
+    def _adapt_trajectory(self, theta, proposal, p_new, prob, diverging, time) -> None:
+        grad = chees_gradient(theta, proposal, p_new, prob, diverging, time, self.inv_mass)
+        if math.isfinite(grad):
+            self.trajectory_length = math.exp(self._adam.step(math.log(self.trajectory_length), grad))
+            self._clip_trajectory_length()
+        self._length_count += 1
+        weight = self._length_count ** -0.5
+        self._log_length_avg = weight * math.log(self.trajectory_length) + (1 - weight) * self._log_length_avg
+
+    def before_mass_change(self, inv_mass: Tensor) -> None:
+        if self.options.adapt_trajectory:  # keep the expected distance travelled, T * sqrt(tr M^-1)
+            self.trajectory_length *= math.sqrt(float(self.inv_mass.sum()) / float(inv_mass.sum()))
+            self._log_length_avg, self._length_count = 0.0, 0
+
+    def after_mass_change(self, theta: Tensor, settled_step_size: float) -> None:
+        if self.options.adapt_trajectory and self._guess_trajectory_length:
+            # the one-step search's step size is near leapfrog's stability limit, where the
+            # stiffest directions swing and fake a U-turn within a few steps: integrate at
+            # the smaller of it and the step size dual averaging had settled on
+            self.trajectory_length = self.u_turn_time(theta, min(settled_step_size, self.step_size))
+            self._adam = ScalarAdam()
+
+    def end_warmup(self) -> None:
+        super().end_warmup()
+        if self.options.adapt_trajectory and self._length_count:
+            self.trajectory_length = math.exp(self._log_length_avg)
+
+    def u_turn_time(self, theta: Tensor, step_size: float | None = None) -> float:
+        r"""Median over chains of the time at which a trajectory from ``theta`` (fresh
+        momentum, the current mass, ``step_size`` or the current one) first turns back,
+        :math:`(\theta_t - \theta_0)^\top M^{-1} p_t < 0` (the no-U-turn criterion),
+        capped at ``max_leapfrog_steps`` steps.
+
+        ChEES starts from it at each mass update when no ``trajectory_length`` was
+        given: Adam moves :math:`\log T` by about its learning rate per step, so from
+        ``10 * step_size`` it needs hundreds of warm-up steps to reach the lengths a
+        BNN posterior wants; the U-turn time of the population is already close."""
+        step_size = step_size or self.step_size
+        value, grad = self.current(theta)
+        x, p = theta, self.momentum(theta)
+        cap = self.options.max_leapfrog_steps
+        turned = torch.full(theta.shape[:-1], cap, dtype=torch.long)
+        for step in range(1, cap + 1):
+            x, p, value, grad = leapfrog(x, p, grad, step_size, 1, self.evaluate, self.inv_mass, value,
+                                         step=self.leapfrog_step_fn())
+            back = ((x - theta) * velocity(p, self.inv_mass)).sum(-1)
+            now = ~(back >= 0) & (turned == cap)  # NaN counts as turned: that chain's trajectory is over
+            turned = torch.where(now, torch.full_like(turned, step), turned)
+            if bool((turned < cap).all()):
+                break
+        return float(turned.double().median()) * step_size
+
+    # ---------------------------------------------------------- reporting
+    def diagnostics(self) -> dict:
+        diag = super().diagnostics()
+        diag["trajectory_length"] = self.trajectory_length
+        return diag
+
+    def logging(self):
+        log = super().logging()
+        if self.trajectory_length is not None:
+            log["traj. length"] = f"{self.trajectory_length:.2e}"
+        return log

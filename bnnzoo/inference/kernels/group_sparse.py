@@ -1,0 +1,326 @@
+r"""Group spike-and-slab SGHMC with MCMC-within-EM and one-shot pruning (paper 004;
+engine ``"sghmc_group_ss"``).
+
+Every weight :math:`w` has a momentum :math:`m` and a variational scale
+:math:`\tau = \mathrm{sigmoid}(\rho)` (Gaussian variational inference read as
+SGHMC). With :math:`g` the gradient of the *mean* minibatch loss (the negative
+log likelihood averaged over the B rows), :math:`C^2` the step size of a cyclical
+cosine schedule, temperature :math:`T = N^{-1/2}`, weight decay :math:`d` and the
+noise :math:`\xi \sim N(0, I)` kept from the previous step, one step is
+(:func:`~bnnzoo.inference.group_em.group_sparse_sghmc_update`)
+
+.. math::
+    \rho &\leftarrow \rho - \eta\,\bigl[T^2C^3 d\,\tau + T C^{1.5}\,\xi g - 1/(\tau N)\bigr],\qquad
+    \tau = \mathrm{sigmoid}(\rho),\\
+    m &\leftarrow \beta_1 m - C^2\beta_2\,(g + d\,w) + \sqrt{2 + 2\beta_1^2}\;C^{1.5}\,T\,\xi',\\
+    w &\leftarrow (w + \tau\,m)\odot\mathrm{mask}.
+
+The weights of a layer with a :class:`~bnnzoo.models.GroupSpikeAndSlab` prior fall
+into groups (input columns of a Dense weight; kernels, input channels or output
+filters of a Conv2d weight: the prior's ``group``). Once per epoch after
+``em_warmup`` epochs, the E-step (:func:`e_step`) looks at each group's mean
+:math:`w^2`: below ``soft_threshold`` the group gets the large decay
+``spike_decay`` (spike), otherwise the small ``slab_decay`` (slab), re-decided
+every time (a soft, reversible mask; :func:`~bnnzoo.inference.group_em.e_step`); below ``hard_threshold`` the group is pruned
+for good (a hard mask: its weights are held at exactly zero and its momentum and
+:math:`\rho` are frozen). The result is a sparse network in one run, with no
+retraining.
+
+Weight decay and the prior
+--------------------------
+With :math:`g` the mean-loss gradient, a :math:`N(0, s^2)` prior on a weight is the
+decay :math:`d = 1/(N s^2)` (the potential :math:`U = N\,\overline{\mathrm{loss}} +
+w^2/(2s^2)`, divided by N). The defaults are the paper's numbers (``slab_decay``
+5e-4, ``spike_decay`` 0.1, ``decay`` 5e-4 for the weights outside any group);
+``"prior"`` instead derives each from the model: ``slab_decay = 1/(N s_1^2)`` and
+``spike_decay = 1/(N s_0^2)`` from each layer's ``GroupSpikeAndSlab``
+(``slab_scale``, ``spike_scale``), ``decay = 1/(N s^2)`` from the iid Gaussian
+prior of every other site.
+
+Draws and statistics
+--------------------
+With the cyclical schedule a draw is the weights at the end of a cycle (``thin``
+cycles per draw), where the step size is smallest; otherwise every ``thin``
+iterations. Warm-up steps are single iterations. Per-draw statistics:
+``step_size`` (:math:`C^2`), ``temperature`` (T), ``lp`` (a minibatch estimate of
+the log density under the *model's* priors, as for SGLD/SGHMC), ``diverging``,
+``sparsity`` (fraction of the grouped weights pruned), and per grouped site
+``active_groups[<site>]`` (groups not pruned) and ``slab_groups[<site>]`` (groups
+in the slab). A chain whose step is not finite keeps its point and state and
+counts a divergence. The final masks are in ``Run.pruning_mask``.
+
+The same update for a plain ``torch.nn.Module``: :class:`~bnnzoo.inference.group_em.GroupSparseSGHMCOptimizer`.
+
+References
+----------
+"On the optimization and pruning for Bayesian deep learning" (paper 004), Sec. 2;
+``docs/algorithms.md`` ("Group spike-and-slab SGHMC"). Zhang, Li, Zhang, Chen and Wilson (2020), "Cyclical
+stochastic gradient MCMC for Bayesian deep learning", ICLR (the cyclical schedule).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import pyro
+import torch
+
+from ...models.priors import GroupSpikeAndSlab, group_dims
+from ..group_em import GroupSparseOptions, e_step, em_due
+from ..options import choice, integer, option, positive
+from ..potential import BNNPotential
+from ..sgmcmc import StepSizeSchedule
+from .sgmcmc import SCHEDULES, SGMCMCKernel, SGMCMCOptions, minibatch_data
+
+__all__ = ["GroupSparseSGHMC", "GroupSparseSGHMCOptions", "fan_in_radius", "group_sites"]
+
+Tensor = torch.Tensor
+#: cycles of the default cyclical schedule are this many epochs long
+DEFAULT_CYCLE_EPOCHS = 50
+
+
+def _init_radius(name: str, value) -> None:
+    if value != "fan_in":
+        positive(name, value)
+
+
+@dataclass(frozen=True)
+class GroupSparseSGHMCOptions(GroupSparseOptions, SGMCMCOptions):
+    """Options of :class:`GroupSparseSGHMC`: the update's and E-step's, and the SG-MCMC ones
+    with paper 004's defaults (cyclical steps from C_0^2 = 0.01, fan-in initialisation)."""
+
+    step_size: float = option(1e-2, "C_0^2, the largest step size of the cyclical schedule", positive)
+    schedule: str = option("cyclical", "step-size schedule: 'cyclical', 'constant' or 'polynomial'",
+                           choice(*SCHEDULES))
+    cycle_length: int | None = option(None, "iterations per cycle (None: 50 epochs)")
+    thin: int = option(1, "cycles per draw with the cyclical schedule, else iterations per draw", integer(1))
+    init_radius: float | str = option("fan_in", "initial points uniform in (-r, r); 'fan_in': r = 1/sqrt(fan_in)",
+                                      _init_radius)
+
+    def step_schedule(self) -> StepSizeSchedule:
+        """The schedule; a cyclical one without ``cycle_length`` gets its length (50 epochs) in ``prepare``."""
+        cycle = 1 if self.schedule == "cyclical" and self.cycle_length is None else self.cycle_length
+        return StepSizeSchedule(self.step_size, self.schedule, self.decay_power, self.decay_offset, cycle)
+
+
+# ------------------------------------------------------------ groups of a model
+@dataclass(frozen=True)
+class GroupSite:
+    """A weight site with a :class:`GroupSpikeAndSlab` prior: where it lies in the flat
+    vector, its shape, and the dims within one group."""
+
+    name: str
+    index: slice
+    shape: tuple[int, ...]
+    within: tuple[int, ...]
+    prior: GroupSpikeAndSlab
+
+    @property
+    def group_shape(self) -> tuple[int, ...]:
+        rank = len(self.shape)
+        return tuple(n for d, n in enumerate(self.shape) if d - rank not in self.within)
+
+
+def group_sites(potential, kernel: str = "GroupSparseSGHMC") -> list[GroupSite]:
+    """The grouped weight sites of a BNN potential; clear errors when there are none.
+
+    A model without a ``GroupSpikeAndSlab`` prior is refused rather than grouped by
+    a guess: the prior is where the model says which weights form groups.
+    """
+    if not isinstance(potential, BNNPotential):
+        raise ValueError(f"{kernel} needs a bnnzoo BNN model (got a {type(potential).__name__})")
+    spec, slices = potential.model.spec, potential.slices
+    found = []
+    for site in potential.model.sites:
+        prior = spec.prior_for(site.name) if site.name in spec.param_shapes() else None
+        if isinstance(prior, GroupSpikeAndSlab) and len(site.shape) > 1:
+            found.append(GroupSite(site.name, slices[site.name], tuple(site.shape),
+                                   group_dims(tuple(site.shape), prior.group), prior))
+    if not found:
+        priors = ", ".join(f"{name}: {type(spec.prior_for(name)).__name__}" for name in spec.param_shapes())
+        raise ValueError(f"{kernel} needs at least one weight with a GroupSpikeAndSlab prior (spec.priors, e.g. "
+                         f"priors={{'layers.0.weight': GroupSpikeAndSlab()}}); this model has none ({priors})")
+    return found
+
+
+def _prior_decay(potential: BNNPotential, sites: list[GroupSite]) -> Tensor:
+    """``[D]`` decay 1/(N s^2) of the iid Gaussian prior of every coordinate outside the groups."""
+    decay = 1.0 / (potential.num_data * potential.gaussian_prior_scale() ** 2)
+    for site in sites:
+        decay[site.index] = 0.0
+    bad = [name for name, sl in potential.slices.items() if torch.isnan(decay[sl]).any()]
+    if bad:
+        raise ValueError(f"decay='prior' needs an iid Gaussian prior on every site outside the groups; "
+                         f"{', '.join(bad)} has another prior (give decay a number)")
+    return decay
+
+
+def fan_in_radius(potential) -> Tensor:
+    """``[D]`` radius ``1/sqrt(fan_in)`` of each layer's weight and bias (PyTorch's default
+    initialisation of ``nn.Linear`` / ``nn.Conv2d``, the paper's); 1 for other sites."""
+    radius = torch.ones(potential.dim, dtype=torch.get_default_dtype())
+    for name, index in potential.slices.items():
+        weight = potential.shapes.get(f"{name.rsplit('.', 1)[0]}.weight", ())
+        if len(weight) > 1:
+            radius[index] = 1.0 / math.sqrt(math.prod(weight[1:]))
+    return radius
+
+
+# ------------------------------------------------------------ the kernel
+class GroupSparseSGHMC(SGMCMCKernel):
+    """Paper 004's SGHMC with group spike-and-slab EM and one-shot group pruning
+    (module docstring), as a Pyro ``MCMCKernel`` on vectorized chains.
+
+    Options: :class:`GroupSparseSGHMCOptions` (the update's and the E-step's
+    :class:`~bnnzoo.inference.group_em.GroupSparseOptions`, and the SG-MCMC ones:
+    ``step_size`` is :math:`C_0^2`, the largest step size of the cyclical schedule;
+    ``cycle_length`` None is 50 epochs; ``thin`` counts cycles with the cyclical
+    schedule; ``init_radius="fan_in"`` starts each layer uniform in
+    :math:`\pm 1/\sqrt{\text{fan\_in}}`, as the paper's PyTorch networks do).
+
+    Examples
+    --------
+    >>> from bnnzoo.models import BNN, zoo
+    >>> kernel = GroupSparseSGHMC(BNN(zoo.get("group_sparse_mlp")), batch_size=1024, cycle_length=5000)
+    >>> MCMC(kernel, num_samples=4, warmup_steps=10000).run(x, y)
+    """
+
+    Options = GroupSparseSGHMCOptions
+
+    def __init__(self, model=None, potential=None, **options):
+        super().__init__(model, potential, **options)
+        self.rule = self.options
+        self._default_cycle = self.options.schedule == "cyclical" and self.options.cycle_length is None
+        self._fan_in = self.options.init_radius == "fan_in"
+        if self._fan_in:
+            self.init_radius = 1.0
+
+    def setup(self, warmup_steps: int, *args, **kwargs) -> None:
+        super().setup(warmup_steps, *args, **kwargs)
+        if self._fan_in and not self._user_initial_params:
+            theta = (torch.rand(self.num_chains, self.potential.dim) * 2 - 1) * fan_in_radius(self.potential)
+            self._initial_params = self.unflatten(theta)
+
+    # ---------------------------------------------------------------- state
+    def _reset(self) -> None:
+        super()._reset()
+        self._decay: Tensor | None = None  # [C, D] weight decay per coordinate
+        self._keep: Tensor | None = None  # [C, D] hard mask (False: pruned)
+
+    def check_potential(self, potential) -> None:
+        super().check_potential(potential)
+        self._decays(potential, group_sites(potential, type(self).__name__))
+
+    def _decays(self, potential, sites) -> tuple[Tensor, list[float], list[float]]:
+        """The ``[D]`` decay outside the groups, and each grouped site's slab and spike decays."""
+        n, rule = potential.num_data, self.rule
+        outside = _prior_decay(potential, sites) if rule.decay == "prior" else \
+            torch.full((potential.dim,), float(rule.decay), dtype=torch.get_default_dtype())
+        slab = [1.0 / (n * s.prior.slab_scale ** 2) if rule.slab_decay == "prior" else float(rule.slab_decay)
+                for s in sites]
+        spike = [1.0 / (n * s.prior.spike_scale ** 2) if rule.spike_decay == "prior" else float(rule.spike_decay)
+                 for s in sites]
+        return outside, slab, spike
+
+    def prepare(self, theta: Tensor) -> None:
+        super().prepare(theta)
+        potential = self.potential
+        self._sites = group_sites(potential, type(self).__name__)
+        outside, self._slab, self._spike = self._decays(potential, self._sites)
+        epoch = math.ceil(potential.num_data / (self.batch_size or potential.num_data))
+        self._em_every = self.rule.em_every or epoch
+        if self._default_cycle:
+            self.schedule = dataclasses.replace(self.schedule, cycle_length=DEFAULT_CYCLE_EPOCHS * epoch)
+        self._temperature = self.rule.temperature or potential.num_data ** -0.5
+        for site, slab in zip(self._sites, self._slab):  # every group starts in the slab
+            outside[site.index] = slab
+        self._decay = outside.expand(self.num_chains, -1).clone()
+        self._keep = torch.ones(self.num_chains, potential.dim, dtype=torch.bool)
+
+    def temperature_schedule(self) -> tuple[float, float, float]:
+        """A constant inverse temperature :math:`1/T`."""
+        return 1.0 / self._temperature, 1.0, math.inf
+
+    def notes(self) -> dict:
+        notes = super().notes()
+        if self.options.schedule == "cyclical":
+            notes["iterations_per_draw"] = f"{self.thin} cycle(s): draws at cycle ends"
+        return notes
+
+    # ------------------------------------------------------------- one step
+    def force(self, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
+        """``(U estimate [C], g [C, D])``: g is the gradient of the mean minibatch negative
+        log likelihood; U adds the model's log prior on a draw's last iteration only
+        (before it, the likelihood part alone, enough to spot a non-finite step)."""
+        potential = self.potential
+        x, y, scale = minibatch_data(potential, rows)
+        batch = potential.num_data if rows is None else rows.shape[-1]
+        theta = theta.detach().requires_grad_(True)
+        with torch.enable_grad(), pyro.validation_enabled(False):
+            values, log_det = potential.constrained_values(theta)
+            log_lik = potential.model.log_likelihood(values, x, y).sum(-1)
+            (grad,) = torch.autograd.grad(log_lik.sum(), theta)
+        value = -scale * log_lik.detach()
+        if self._last_iteration:
+            with torch.no_grad(), pyro.validation_enabled(False):
+                values = {k: v.detach() for k, v in values.items()}
+                value = value - potential.log_prior(theta.detach(), values) - log_det.detach()
+        return value, grad / -batch
+
+    def initial_aux(self, theta, step_size, inverse_temperature):
+        return self.rule.initial_state(theta)
+
+    def step(self, theta, aux, grad, step_size, inverse_temperature):
+        if em_due(self._k, self._em_every, self.rule.em_warmup):
+            self._e_step(theta)
+        momentum, rho, noise = aux
+        theta, momentum, rho, noise = self.rule.update(theta, momentum, rho, noise, grad, self._decay, step_size,
+                                                       1.0 / inverse_temperature, self.num_data, self._keep)
+        return theta, (momentum, rho, noise)
+
+    def _site_view(self, x: Tensor, site: GroupSite) -> Tensor:
+        return x[:, site.index].reshape((self.num_chains,) + site.shape)
+
+    def _e_step(self, theta: Tensor) -> None:
+        rule = self.rule
+        for site, slab, spike in zip(self._sites, self._slab, self._spike):
+            decay, keep = e_step(self._site_view(theta, site), site.within, self._site_view(self._keep, site),
+                                 rule.soft_threshold, rule.hard_threshold, slab, spike)
+            self._decay[:, site.index] = decay.reshape(self.num_chains, -1)
+            self._keep[:, site.index] = keep.reshape(self.num_chains, -1)
+
+    def iterations_per_draw(self) -> int:
+        """After warm-up with the cyclical schedule: to the end of the ``thin``-th cycle from here."""
+        if self.in_warmup or self.schedule.kind != "cyclical":
+            return super().iterations_per_draw()
+        length = self.schedule.cycle_length
+        return length - self._k % length + (self.thin - 1) * length
+
+    # ------------------------------------------------------------ reporting
+    def _group_counts(self, site: GroupSite, slab_decay: float) -> tuple[Tensor, Tensor]:
+        """Per chain: groups not pruned, and those of them in the slab."""
+        keep, decay = self._site_view(self._keep, site), self._site_view(self._decay, site)
+        first = tuple(slice(0, 1) if d - len(site.shape) in site.within else slice(None)
+                      for d in range(len(site.shape)))
+        keep, decay = keep[(slice(None),) + first], decay[(slice(None),) + first]
+        dtype = torch.get_default_dtype()
+        active = keep.reshape(self.num_chains, -1).sum(-1).to(dtype)
+        slab = (keep & (decay == slab_decay)).reshape(self.num_chains, -1).sum(-1).to(dtype)
+        return active, slab
+
+    def draw_stats(self, theta: Tensor) -> dict[str, Tensor]:
+        keep = torch.cat([self._keep[:, s.index] for s in self._sites], -1)
+        stats = {"sparsity": (~keep).to(torch.get_default_dtype()).mean(-1)}
+        for site, slab in zip(self._sites, self._slab):
+            stats[f"active_groups[{site.name}]"], stats[f"slab_groups[{site.name}]"] = self._group_counts(site, slab)
+        return stats
+
+    def final_state(self) -> dict:
+        extras = super().final_state()
+        if self._keep is not None:
+            extras["pruning_mask"] = {s.name: self._site_view(self._keep, s).numpy() for s in self._sites}
+        return extras
+
+

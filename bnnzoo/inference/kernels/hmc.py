@@ -1,0 +1,302 @@
+r"""Hamiltonian Monte Carlo on the flat layout: the plain fixed-step kernel and its warm-up.
+
+:class:`FixedStepHMC` is the plain kernel (paper 003's sampler, Neal 2011): every
+transition draws :math:`p \sim N(0, M)`, runs ``num_steps`` leapfrog steps of size
+``step_size`` and accepts with probability :math:`\min(1, e^{-\Delta H})`. Nothing
+is tuned, so its acceptance rate measures the integrator on the target (what the
+paper-003 acceptance sweeps tabulate).
+
+:class:`AdaptiveHMC` is that kernel plus two warm-up components from
+:mod:`bnnzoo.inference.adaptation`: dual averaging of the step size and a diagonal
+mass matrix from the chains' pooled variance over Stan's doubling windows. ChEES
+(:mod:`.chees`) and proximal HMC (:mod:`.proximal_hmc`) build on it; neither turns
+anything of it off.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from ..adaptation import DualAveraging, PooledVariance, find_step_size, harmonic_mean_acceptance, mass_windows
+from ..integrators import kinetic_energy, leapfrog
+from ..tuning import resolve_target_accept
+from .base import BaseOptions, FlatKernel, metropolis_accept
+from ..options import flag, fraction, integer, option, optional, positive
+
+__all__ = ["AdaptiveHMC", "FixedStepHMC", "HMCOptions", "MAX_ENERGY_ERROR", "Trajectory", "WarmupOptions"]
+
+Tensor = torch.Tensor
+#: an energy error above this is a divergence (Stan's threshold)
+MAX_ENERGY_ERROR = 1000.0
+
+
+class Trajectory(NamedTuple):
+    """The end of a leapfrog trajectory and its energies; ``error`` is inf where not ``finite``."""
+
+    theta: Tensor
+    p: Tensor
+    value: Tensor
+    force: Tensor
+    energy: Tensor
+    error: Tensor
+    finite: Tensor
+
+
+def _same_key(a, b) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same_key(x, y) for x, y in zip(a, b))
+    return a is b if torch.is_tensor(a) or torch.is_tensor(b) else a == b
+
+
+@dataclass(frozen=True)
+class HMCOptions(BaseOptions):
+    """Options of :class:`FixedStepHMC`."""
+
+    step_size: float = option(1e-3, "leapfrog step size", positive)
+    num_steps: int = option(100, "leapfrog steps per transition", integer(1))
+
+
+class FixedStepHMC(FlatKernel):
+    r"""Leapfrog HMC with a fixed step size :math:`\epsilon`, ``num_steps`` :math:`L`
+    and unit mass, for C chains advanced as one batch (module docstring).
+
+    .. math::
+        p \sim N(0, I),\quad (\theta', p') = \Phi_\epsilon^L(\theta, p),\quad
+        \theta \leftarrow \theta' \text{ with probability } \min(1, e^{-(H(\theta', p') - H(\theta, p))})
+
+    A NaN/inf energy, or an energy error above 1000, is a rejected divergence.
+    Warm-up steps are plain burn-in. Options: :class:`HMCOptions`.
+
+    Per-draw statistics: ``acceptance_rate``, ``diverging``, ``energy`` (H at the
+    start, after the momentum refresh), ``energy_error`` (H at the proposal minus
+    that; inf if not finite), ``step_size``, ``n_steps`` and ``lp`` (:math:`-U`
+    of the new state).
+
+    Examples
+    --------
+    >>> from pyro.infer import MCMC
+    >>> kernel = FixedStepHMC(model, step_size=1e-3, num_steps=200, num_chains=5)
+    >>> MCMC(kernel, num_samples=2000, warmup_steps=100).run(x, y)
+
+    **References**
+
+    * Neal, R. M. (2011). MCMC using Hamiltonian dynamics. Handbook of MCMC.
+    * Paper 003: Hamiltonian Monte Carlo on ReLU neural networks is inefficient.
+    """
+
+    Options = HMCOptions
+    stat_names = ("acceptance_rate", "diverging", "energy", "energy_error", "step_size", "n_steps", "lp")
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.step_size = self.options.step_size
+        self.inv_mass: Tensor | None = None
+        self._force_cache: tuple | None = None  # (theta, force_key, U, force)
+        self._last_step: float | Tensor = self.step_size
+
+    def prepare(self, theta: Tensor) -> None:
+        self.inv_mass = torch.ones(theta.shape[-1], dtype=theta.dtype)
+
+    # ------------------------------------------------------- the pieces
+    def momentum(self, theta: Tensor) -> Tensor:
+        """:math:`p \\sim N(0, M)` with :math:`M = \\operatorname{diag}(1 / \\text{inv\\_mass})`."""
+        return torch.randn_like(theta) / self.inv_mass.sqrt()
+
+    def leapfrog_steps(self) -> int:
+        """Leapfrog steps of the coming transition."""
+        return self.options.num_steps
+
+    def step_sizes(self, theta: Tensor) -> float | Tensor:
+        """The coming transition's step size: a number, or ``[C, 1]`` per chain."""
+        return self.step_size
+
+    def evaluate(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """``U`` ``[C]`` and the leapfrog force ``[C, D]`` at ``theta``: here :math:`\\nabla U`."""
+        return self.potential.value_and_grad(theta)
+
+    def force_key(self):
+        """What the force depends on besides ``theta`` (the cache key); None for :math:`\\nabla U`."""
+        return None
+
+    def leapfrog_step_fn(self):
+        """One leapfrog step on the force, e.g. a potential's compiled step; None: the generic one."""
+        return self.potential.leapfrog_step
+
+    def current(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`evaluate`, from the cache when ``theta`` is the chains' current point."""
+        cache, key = self._force_cache, self.force_key()
+        if cache is not None and cache[0] is theta and _same_key(cache[1], key):
+            return cache[2], cache[3]
+        value, force = self.evaluate(theta)
+        self._remember_force(theta, value, force)
+        return value, force
+
+    def _remember_force(self, theta: Tensor, value: Tensor, force: Tensor) -> None:
+        self._force_cache = (theta, self.force_key(), value, force)
+        self.remember(theta, value, force if self.force_key() is None else None)
+
+    def trajectory(self, theta: Tensor, p: Tensor, step: float | Tensor, num_steps: int) -> Trajectory:
+        """Leapfrog from ``(theta, p)``; a proposal that is not finite gets an infinite energy error."""
+        value, force = self.current(theta)
+        energy = value + kinetic_energy(p, self.inv_mass)
+        theta_new, p_new, value_new, force_new = leapfrog(
+            theta, p, force, step, num_steps, self.evaluate, self.inv_mass, value, step=self.leapfrog_step_fn())
+        energy_new = value_new + kinetic_energy(p_new, self.inv_mass)
+        finite = torch.isfinite(energy_new) & torch.isfinite(theta_new).all(-1) & torch.isfinite(force_new).all(-1)
+        error = torch.where(finite, energy_new - energy, torch.full_like(energy, math.inf))
+        return Trajectory(theta_new, p_new, value_new, force_new, energy, error, finite)
+
+    def propose(self, theta: Tensor, num_steps: int) -> Trajectory:
+        """Momentum refresh, this transition's step size and the leapfrog."""
+        p = self.momentum(theta)
+        self._last_step = self.step_sizes(theta)
+        return self.trajectory(theta, p, self._last_step, num_steps)
+
+    # ------------------------------------------------------- sampling
+    def transition(self, theta):
+        num_steps = self.leapfrog_steps()
+        tr = self.propose(theta, num_steps)
+        step = self._last_step
+        log_ratio = torch.where(tr.finite, -tr.error, torch.full_like(tr.error, math.nan))
+        accepted, prob, _ = metropolis_accept(log_ratio)
+        diverging = ~tr.finite | (tr.error > MAX_ENERGY_ERROR)
+        value, force = self.current(theta)
+        theta_out = torch.where(accepted.unsqueeze(-1), tr.theta, theta)
+        value_out = torch.where(accepted, tr.value, value)
+        force_out = torch.where(accepted.unsqueeze(-1), tr.force, force)
+        self._remember_force(theta_out, value_out, force_out)
+        step_stat = step.reshape(-1) if torch.is_tensor(step) else torch.full_like(prob, step)
+        stats = {"acceptance_rate": prob, "diverging": diverging, "energy": tr.energy, "energy_error": tr.error,
+                 "step_size": step_stat, "n_steps": torch.full(prob.shape, num_steps, dtype=torch.long),
+                 "lp": -value_out, **self.extra_stats(theta_out)}
+        if self.in_warmup:
+            self.adapt(theta, tr, prob, diverging, num_steps * float(self.step_size), theta_out)
+        return theta_out, stats
+
+    def extra_stats(self, theta: Tensor) -> dict[str, Tensor]:
+        """Per-draw statistics beyond HMC's own (``[C]`` tensors)."""
+        return {}
+
+    def adapt(self, theta: Tensor, tr: Trajectory, prob: Tensor, diverging: Tensor, time: float,
+              theta_out: Tensor) -> None:
+        """Warm-up adaptation after a transition: none for fixed-step HMC."""
+
+
+@dataclass(frozen=True)
+class WarmupOptions(BaseOptions):
+    """Options of :class:`AdaptiveHMC`'s warm-up (shared by ChEES and proximal HMC)."""
+
+    target_accept: float | None = option(
+        None, "target acceptance of step-size adaptation (None: recommended for the model's smoothness)",
+        optional(fraction))
+    adapt_step_size: bool = option(True, "adapt the step size by dual averaging during warm-up", flag)
+    adapt_mass_matrix: bool = option(True, "adapt a diagonal mass matrix over Stan's windows during warm-up",
+                                     flag)
+
+
+class AdaptiveHMC(FixedStepHMC):
+    r""":class:`FixedStepHMC` plus warm-up components: the step size by dual averaging toward
+    ``target_accept`` of :meth:`warmup_acceptance` (found again by a doubling/halving search
+    before warm-up and after each mass update), and the diagonal :math:`M^{-1}` from the
+    variance of the chains' positions pooled over chains and the second half of each of
+    Stan's doubling windows; both frozen after warm-up (the step size at dual averaging's
+    averaged iterate). A subclass sets its options dataclass (a :class:`WarmupOptions`) and
+    :attr:`target_family` (the engine name whose recommended ``target_accept`` it takes)."""
+
+    Options = WarmupOptions
+    target_family = "chees"
+
+    def __init__(self, model=None, potential=None, **options):
+        super().__init__(model, potential, **options)
+        self.target_accept = float(resolve_target_accept(
+            self.options.target_accept, model if model is not None else potential, self.target_family))
+        self._reset()
+
+    def _reset(self) -> None:
+        super()._reset()
+        self._step_adapter = DualAveraging(self.options.step_size, getattr(self, "target_accept", 0.5))
+        self._windows: list[tuple[int, int]] = []
+        self._variance = PooledVariance()
+
+    def prepare(self, theta: Tensor) -> None:
+        super().prepare(theta)
+        if self.options.adapt_step_size and self._warmup_steps > 0:
+            self.step_size = self.find_step_size(theta)
+            self._step_adapter.restart(self.step_size)
+        if self.options.adapt_mass_matrix:
+            self._windows = mass_windows(self._warmup_steps)
+
+    def warmup_acceptance(self, prob: Tensor, diverging: Tensor, finite: Tensor) -> float:
+        """The statistic dual averaging steers to ``target_accept``: the harmonic-mean acceptance."""
+        return harmonic_mean_acceptance(prob, diverging)
+
+    def find_step_size(self, theta: Tensor) -> float:
+        """:func:`~bnnzoo.inference.adaptation.find_step_size` on the harmonic-mean acceptance of
+        one leapfrog step from ``theta``."""
+        def one_step(step_size: float) -> float:
+            saved, self.step_size = self.step_size, step_size
+            tr = self.propose(theta, 1)
+            self.step_size = saved
+            prob = torch.where(tr.finite, (-tr.error).clamp(max=0.0).exp(), torch.zeros_like(tr.error))
+            return harmonic_mean_acceptance(prob, ~tr.finite)
+
+        return find_step_size(self.step_size, one_step)
+
+    # -------------------------------------------------------- adaptation
+    def adapt(self, theta, tr, prob, diverging, time, theta_out) -> None:
+        self.adapt_step_size(prob, diverging, tr.finite)
+        self.adapt_mass(theta_out)
+        self.end_warmup_if_last()
+
+    def adapt_step_size(self, prob: Tensor, diverging: Tensor, finite: Tensor) -> None:
+        if self.options.adapt_step_size:
+            self.step_size = self._step_adapter.update(self.warmup_acceptance(prob, diverging, finite))
+
+    def adapt_mass(self, theta: Tensor) -> None:
+        t = self._t
+        for start, end in self._windows:
+            if start + (end - start) // 2 <= t < end:
+                self._variance.update(theta)
+            if t == end - 1:
+                self._update_mass(theta)
+
+    def _update_mass(self, theta: Tensor) -> None:
+        inv_mass = self._variance.variance().to(theta.dtype)
+        self._variance = PooledVariance()
+        if not (torch.isfinite(inv_mass).all() and (inv_mass > 0).all()):
+            return
+        self.before_mass_change(inv_mass)
+        self.inv_mass = inv_mass
+        settled = self.step_size
+        if self.options.adapt_step_size:
+            if self._step_adapter.t:
+                settled = self._step_adapter.final_step_size
+            self.step_size = self.find_step_size(theta)
+            self._step_adapter.restart(self.step_size)
+        self.after_mass_change(theta, settled)
+
+    def before_mass_change(self, inv_mass: Tensor) -> None:
+        """Hook before ``inv_mass`` replaces :attr:`inv_mass`."""
+
+    def after_mass_change(self, theta: Tensor, settled_step_size: float) -> None:
+        """Hook after a mass update (and the new step-size search); ``settled_step_size`` is the
+        step size dual averaging had settled on before it."""
+
+    def end_warmup_if_last(self) -> None:
+        if self._t == self._warmup_steps - 1:
+            self.end_warmup()
+
+    def end_warmup(self) -> None:
+        """Freeze the step size at dual averaging's averaged iterate."""
+        if self.options.adapt_step_size:
+            self.step_size = self._step_adapter.final_step_size
+
+    def diagnostics(self) -> dict:
+        diag = super().diagnostics()
+        diag["step_size"] = self.step_size
+        diag["inverse_mass_matrix"] = None if self.inv_mass is None else self.inv_mass.cpu().numpy()
+        return diag

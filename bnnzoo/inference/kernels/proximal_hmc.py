@@ -1,0 +1,334 @@
+r"""Proximal HMC for posteriors with a non-differentiable L1 (Laplace) part (paper 000).
+
+Target :math:`U(w) = f(w) + \sum_d \beta_d |w_d|`: ``f`` smooth (likelihood and
+every smooth prior term), :math:`\beta` from the priors' smooth/L1 split
+(:meth:`~bnnzoo.inference.potential.FlatPotential.l1_weights`: ``1/scale`` of a
+Laplace prior). :class:`~.hmc.AdaptiveHMC` with one change: the leapfrog uses a
+proximal force (:mod:`bnnzoo.inference.proximal`) instead of the gradient, which
+does not exist at :math:`w_d = 0`. The Metropolis test uses the *true* Hamiltonian
+with the exact L1 term, so the chain targets the exact posterior whatever the
+force and :math:`\lambda` (they only change efficiency).
+
+Paper 000's public code is not a valid MCMC (the force is never re-evaluated,
+the kinetic energy is constant, the acceptance test has the wrong sign); this is
+the corrected sampler, see ``docs/algorithms.md`` ("Proximal HMC").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ... import validation
+from ..adaptation import harmonic_mean_acceptance
+from ..proximal import moreau_force, ns_hmc_force, prox_gradient_force
+from .hmc import AdaptiveHMC, WarmupOptions
+from ..options import choice, flag, integer, option, positive
+
+__all__ = ["CHAIN_METHODS", "FORCES", "ProximalHMC", "ProximalOptions", "acceptance_statistic",
+           "relative_hamiltonian_error"]
+
+Tensor = torch.Tensor
+
+FORCES = ("moreau", "ns-hmc", "prox-gradient")
+CHAIN_METHODS = ("vectorized", "sequential")
+_WEIGHT = re.compile(r"^layers\.\d+\.weight$")
+#: lam grid of :meth:`ProximalHMC.tune_lam`, in units of the step size
+LAM_GRID = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0)
+
+
+def _lam(name: str, value) -> None:
+    if value is not None and value != "tune":
+        positive(name, value)
+
+
+def _step_jitter(name: str, value) -> None:
+    validation.in_interval(name, value, 0, 1)
+
+
+def _site_names(name: str, value) -> None:
+    if value is not None and (isinstance(value, str) or not all(isinstance(s, str) for s in value)):
+        raise ValueError(f"{name} must be a list of site names, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ProximalOptions(WarmupOptions):
+    """Options of :class:`ProximalHMC`."""
+
+    step_size: float = option(0.01, "initial step size (refined before warm-up when adapt_step_size)", positive)
+    num_steps: int = option(20, "leapfrog steps per transition", integer(1))
+    lam: float | str | None = option(
+        None, "Moreau parameter lambda in the mass metric; None: step_size/2; 'tune': picked from a grid", _lam)
+    force: str = option("moreau", "leapfrog force: 'moreau', 'ns-hmc' or 'prox-gradient'", choice(*FORCES))
+    step_jitter: float = option(0.2, "relative step-size jitter j in [0, 1) per chain and transition",
+                                _step_jitter)
+    inner_steps: int = option(5, "proximal-gradient iterations of force='ns-hmc'", integer(1))
+    spike_and_slab: bool = option(False, "also treat the kink at 0 of Laplace-spike spike-and-slab priors as L1",
+                                  flag)
+    sparsity_threshold: float = option(1e-2, "the sparsity stat counts weights with |w| below this", positive)
+    sparsity_sites: Sequence[str] | None = option(
+        None, "sites counted by the sparsity stat (None: the network weights)", _site_names)
+    chain_method: str = option("vectorized", "evaluate the chains' potential as one batch or one chain at a time",
+                               choice(*CHAIN_METHODS))
+
+
+def relative_hamiltonian_error(energy_start: Tensor, energy_end: Tensor) -> float:
+    r""":math:`\sum_c |H_c' - H_c| / \sum_c |H_c|` over chains; inf if any end energy is not finite."""
+    if not bool(torch.isfinite(energy_end).all()):
+        return math.inf
+    return float((energy_end - energy_start).abs().sum() / energy_start.abs().sum().clamp(min=1e-12))
+
+
+def acceptance_statistic(prob: Tensor, finite: Tensor) -> float:
+    r"""What step-size adaptation steers to ``target_accept``: the fraction of chains
+    whose proposal has a finite energy times the harmonic mean of those chains'
+    acceptance probabilities.
+
+    The harmonic mean (as in ChEES) is dominated by the worst chains, so one shared
+    step size stays stable for chains in regions of very different curvature (an
+    energy error of 1e4 drives it to ~0). A proposal in a NaN region is a
+    rejection whatever the step size (the exact trajectory goes there), so it
+    counts arithmetically; left out (as ChEES does), the step size would grow
+    until most proposals land there.
+    """
+    if not bool(finite.any()):
+        return 0.0
+    return float(finite.double().mean()) * harmonic_mean_acceptance(prob, ~finite)
+
+
+class ProximalHMC(AdaptiveHMC):
+    r"""HMC for :math:`U(w) = f(w) + \sum_d \beta_d|w_d|` with a proximal leapfrog force
+    and an exact Metropolis test (Chaari et al. 2016; Pereyra 2016; paper 000).
+
+    Each transition draws :math:`p \sim N(0, M)` per chain and a step size
+    :math:`\epsilon_c = \epsilon (1 + j u_c)`, :math:`u_c \sim U(-1, 1)` (``step_jitter``
+    :math:`j`: varying the trajectory length avoids periodic orbits), runs
+    ``num_steps`` leapfrog steps
+
+    .. math::
+        p \leftarrow p - \tfrac{\epsilon}{2} F(w),\quad
+        w \leftarrow w + \epsilon M^{-1} p,\quad
+        p \leftarrow p - \tfrac{\epsilon}{2} F(w),
+
+    with the force :math:`F` chosen by ``force`` (:mod:`bnnzoo.inference.proximal`):
+
+    * ``"moreau"``: :math:`\nabla f(w) + \operatorname{clip}(w/\lambda, -\beta, \beta)`;
+    * ``"prox-gradient"``: :math:`(w - \operatorname{prox}_{\lambda\beta|\cdot|}(w - \lambda\nabla f(w)))/\lambda`
+      (paper 000's plug-and-play rule);
+    * ``"ns-hmc"``: :math:`(w - \operatorname{prox}_{\lambda U}(w))/\lambda`, the prox by
+      ``inner_steps`` proximal-gradient iterations (``inner_steps - 1`` extra
+      gradients per leapfrog step);
+
+    and accepts with probability :math:`\min(1, e^{-(H' - H)})` on the true
+    :math:`H = U(w) + \tfrac12 p^\top M^{-1} p`. Kicks and drifts are shears, so the
+    map is volume preserving and reversible for any position-dependent force:
+    the chain is exact for every :math:`\lambda`. A NaN/inf energy, or an energy
+    error above 1000, is a rejected divergence.
+
+    :math:`\lambda` acts in the metric of the mass matrix, like the step size:
+    coordinate ``d`` uses :math:`\lambda_d = \lambda M^{-1}_{dd}` (just :math:`\lambda`
+    with the unit mass; the Moreau band :math:`|w_d| < \lambda_d\beta_d` then has
+    the same width relative to the posterior scale in every coordinate). It
+    defaults to :math:`\epsilon/2`, following the step size during warm-up;
+    ``lam="tune"`` sets :math:`\lambda = c\,\epsilon` with the factor :math:`c`
+    picked from ``LAM_GRID`` by the smallest relative Hamiltonian error
+    (:meth:`tune_lam`), before warm-up and after every mass-matrix update.
+
+    Warm-up (:class:`~bnnzoo.inference.kernels.hmc.AdaptiveHMC`): the step size
+    by dual averaging toward ``target_accept`` of :func:`acceptance_statistic`
+    (harmonic-mean acceptance over the chains, times the fraction of finite
+    proposals), and a diagonal mass matrix from the pooled variance of the
+    chains over Stan's doubling windows; both frozen after warm-up. The number
+    of leapfrog steps is fixed.
+
+    Options: :class:`ProximalOptions`. The L1 part comes from ``potential.l1_weights()``:
+    Laplace priors of a :class:`~bnnzoo.models.BNN`, Laplace sites of a plain Pyro
+    model (detected on its trace).
+
+    Per-draw statistics: ``acceptance_rate``, ``diverging``, ``energy`` (H at the
+    start, after the momentum refresh), ``energy_error``, ``step_size`` (the
+    jittered step of each chain), ``n_steps``, ``lp`` (:math:`-U` of the new
+    state) and ``sparsity``. A continuous posterior puts no mass on exact zeros,
+    so ``sparsity`` counts near-zero weights, never exact ones.
+
+    Examples
+    --------
+    >>> from pyro.infer import MCMC
+    >>> kernel = ProximalHMC(model, step_size=2e-3, num_steps=20, num_chains=8)
+    >>> mcmc = MCMC(kernel, num_samples=500, warmup_steps=500)
+    >>> mcmc.run(x, y)
+    >>> draws = split_mcmc(mcmc)          # 8 chains
+
+    **References**
+
+    * Chaari, Tourneret, Chaux and Batatia (2016). A Hamiltonian Monte Carlo method
+      for non-smooth energy sampling. IEEE Trans. Signal Processing 64(21).
+    * Pereyra (2016). Proximal Markov chain Monte Carlo algorithms. Statistics and Computing 26.
+    * Neal (2011). MCMC using Hamiltonian dynamics. Handbook of MCMC.
+    """
+
+    Options = ProximalOptions
+    target_family = "proximal_hmc"
+    stat_names = AdaptiveHMC.stat_names + ("sparsity",)
+
+    # ------------------------------------------------------------ state
+    def _reset(self) -> None:
+        super()._reset()
+        lam = self.options.lam
+        self._lam = None if lam in (None, "tune") else float(lam)
+        self._lam_factor = 0.5  # lam = factor * step_size unless lam is a number
+        self._lam_override: float | None = None  # a candidate lam while tune_lam compares them
+        self.l1_weights: Tensor | None = None
+        self._sparsity_mask: Tensor | None = None
+        self.lam_tuning: dict | None = None
+
+    @property
+    def lam(self) -> float:
+        r"""The current :math:`\lambda`: the user's number, or a factor (1/2, or tuned)
+        times the current step size."""
+        if self._lam_override is not None:
+            return self._lam_override
+        return self._lam if self._lam is not None else self._lam_factor * self.step_size
+
+    def lam_per_coordinate(self, lam: float | None = None) -> Tensor:
+        r""":math:`\lambda_d = \lambda M^{-1}_{dd}`, ``[D]``."""
+        return (self.lam if lam is None else lam) * self.inv_mass
+
+    def prepare(self, theta: Tensor) -> None:
+        self.l1_weights = self.potential.l1_weights(spike_and_slab=self.options.spike_and_slab).to(theta.dtype)
+        if not bool((self.l1_weights > 0).any()):
+            warnings.warn("ProximalHMC: the potential has no L1 (Laplace) part; this is plain HMC", stacklevel=2)
+        self._sparsity_mask = self._make_sparsity_mask()
+        super().prepare(theta)
+        if self.options.lam == "tune":
+            self.tune_lam(theta)
+
+    def _make_sparsity_mask(self) -> Tensor:
+        names, sites = self.potential.names, self.options.sparsity_sites
+        if sites is not None:
+            unknown = [s for s in sites if s not in names]
+            if unknown:
+                raise ValueError(f"sparsity_sites: unknown site(s) {', '.join(map(repr, unknown))}; "
+                                 f"sites: {', '.join(names)}")
+            chosen = set(sites)
+        else:
+            chosen = {n for n in names if _WEIGHT.match(n)}
+        mask = torch.cat([torch.full((size,), name in chosen) for name, size in zip(names, self.potential.sizes)])
+        if not mask.any() and sites is None:
+            mask = self.l1_weights > 0
+        return mask if mask.any() else torch.ones(self.potential.dim, dtype=torch.bool)
+
+    # ------------------------------------------------------------ force
+    def _rows(self, fn, theta: Tensor):
+        """``fn`` on the whole batch, or row by row for ``chain_method="sequential"``."""
+        if self.options.chain_method == "vectorized" or theta.shape[0] == 1:
+            return fn(theta)
+        outs = [fn(theta[c:c + 1]) for c in range(theta.shape[0])]
+        return tuple(torch.cat(parts) for parts in zip(*outs))
+
+    def _smooth_grad(self, theta: Tensor) -> Tensor:
+        r""":math:`\nabla f = \nabla U - \beta \odot \operatorname{sign}(w)`."""
+        return self._rows(lambda t: (self.potential.value_and_grad(t)[1] - self.l1_weights * torch.sign(t),),
+                          theta)[0]
+
+    def evaluate(self, theta: Tensor, lam: float | None = None) -> tuple[Tensor, Tensor]:
+        r"""True potential :math:`U` ``[C]`` and the leapfrog force :math:`F` ``[C, D]`` at ``theta``
+        (with :math:`\lambda_d` = :meth:`lam_per_coordinate`)."""
+        lam = self.lam_per_coordinate(lam)
+        value, grad = self._rows(self.potential.value_and_grad, theta)
+        beta = self.l1_weights
+        grad_f = grad - beta * torch.sign(theta)
+        if self.options.force == "moreau":
+            force = moreau_force(theta, grad_f, beta, lam)
+        elif self.options.force == "prox-gradient":
+            force = prox_gradient_force(theta, grad_f, beta, lam)
+        else:
+            force = ns_hmc_force(theta, grad_f, beta, lam, self._smooth_grad, self.options.inner_steps)
+        return value, force
+
+    def force_key(self):
+        return (self.lam, self.inv_mass)
+
+    def leapfrog_step_fn(self):
+        return None  # the proximal force, not the potential's (compiled) gradient step
+
+    # ---------------------------------------------------------- sampling
+    def step_sizes(self, theta: Tensor) -> Tensor:
+        """Per-chain step sizes ``[C, 1]``: :math:`\epsilon (1 + j u_c)`, :math:`u_c \sim U(-1, 1)`."""
+        u = torch.rand(theta.shape[0], 1, dtype=theta.dtype) * 2 - 1
+        return self.step_size * (1 + self.options.step_jitter * u)
+
+    def sparsity(self, theta: Tensor) -> Tensor:
+        """Fraction of the counted weights (``sparsity_sites``) with ``|w| < sparsity_threshold``, ``[C]``."""
+        small = theta[:, self._sparsity_mask].abs() < self.options.sparsity_threshold
+        return small.to(theta.dtype).mean(-1)
+
+    def extra_stats(self, theta: Tensor) -> dict[str, Tensor]:
+        return {"sparsity": self.sparsity(theta)}
+
+    def warmup_acceptance(self, prob: Tensor, diverging: Tensor, finite: Tensor) -> float:
+        """:func:`acceptance_statistic`: the harmonic mean times the fraction of finite proposals."""
+        return acceptance_statistic(prob, finite)
+
+    def after_mass_change(self, theta: Tensor, settled_step_size: float) -> None:
+        if self.options.lam == "tune":
+            self.tune_lam(theta)
+
+    # ------------------------------------------------------------ lam
+    def tune_lam(self, theta: Tensor | None = None, grid: Sequence[float] | None = None) -> dict:
+        r"""Pick :math:`\lambda = c\,\epsilon` with the factor :math:`c` from ``grid``
+        (default ``LAM_GRID``) by the smallest relative Hamiltonian error
+        :math:`\sum_c|\Delta H_c| / \sum_c |H_c|` of one un-jittered trajectory of
+        ``num_steps`` from ``theta`` (default: the chains' current points), with the
+        same momenta for every candidate (common random numbers); ties go to the
+        larger :math:`c`. From then on :attr:`lam` is :math:`c` times the step size
+        (unless ``lam`` was given as a number, which this replaces by the tuned
+        value). Returns ``{"factor": c, "lam": c * step_size, "grid": [...],
+        "errors": [...]}`` (also kept in :attr:`lam_tuning`). Call after ``setup``
+        (e.g. after ``MCMC.run``), or pass ``lam="tune"``.
+        """
+        if self.potential is None or self.l1_weights is None:
+            raise ValueError("tune_lam: the kernel is not set up yet; run it under MCMC or pass lam='tune'")
+        if theta is None:
+            theta = self._force_cache[0] if self._force_cache is not None else self.flatten(self._initial_params)
+        grid = list(LAM_GRID) if grid is None else list(grid)
+        if not grid:
+            raise ValueError("tune_lam: grid is empty")
+        for value in grid:
+            positive("tune_lam grid value", value)
+        p = self.momentum(theta)
+        step = torch.full((theta.shape[0], 1), self.step_size, dtype=theta.dtype)
+        errors = []
+        for factor in grid:
+            self._lam_override = factor * self.step_size
+            try:
+                tr = self.trajectory(theta, p, step, self.options.num_steps)
+            finally:
+                self._lam_override = None
+            errors.append(relative_hamiltonian_error(tr.energy, tr.energy + tr.error))
+        best = min(range(len(grid)), key=lambda i: (errors[i], -grid[i]))
+        self._lam, self._lam_factor = None, float(grid[best])
+        self.lam_tuning = {"factor": self._lam_factor, "lam": self.lam, "grid": [float(g) for g in grid],
+                           "errors": errors}
+        return self.lam_tuning
+
+    # ---------------------------------------------------------- reporting
+    def diagnostics(self) -> dict:
+        diag = super().diagnostics()
+        diag["lam"] = self.lam
+        diag["force"] = self.options.force
+        diag["num_l1_coordinates"] = None if self.l1_weights is None else int((self.l1_weights > 0).sum())
+        if self.lam_tuning is not None:
+            diag["lam_tuning"] = self.lam_tuning
+        return diag
+
+    def logging(self) -> OrderedDict:
+        log = super().logging()
+        log["lam"] = f"{self.lam:.2e}"
+        return log

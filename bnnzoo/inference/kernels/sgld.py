@@ -1,0 +1,38 @@
+"""SGLD (engine ``"sgld"``): stochastic gradient Langevin dynamics on the SG-MCMC base."""
+
+from __future__ import annotations
+
+from ..pruning import MagnitudePruning
+from ..sgmcmc import sgld_step
+from .sgmcmc import SGLDOptions, SGMCMCKernel
+
+__all__ = ["SGLD"]
+
+
+class SGLD(SGMCMCKernel):
+    r"""Stochastic gradient Langevin dynamics (Welling and Teh 2011):
+
+    .. math:: \theta_{k+1} = \theta_k - \epsilon_k\nabla\tilde U(\theta_k) + \sqrt{2\epsilon_k/\tau_k}\;\xi_k.
+
+    Options: :class:`SGLDOptions`.
+
+    Examples
+    --------
+    >>> from pyro.infer import MCMC
+    >>> kernel = SGLD(model, step_size=1e-4, batch_size=32, schedule="polynomial", thin=10)
+    >>> MCMC(kernel, num_samples=1000, warmup_steps=2000).run(x, y)
+    """
+
+    Options = SGLDOptions
+
+    @property
+    def pruning(self) -> MagnitudePruning | None:
+        return self.options.magnitude_pruning()
+
+    def temperature_schedule(self) -> tuple[float, float, float]:
+        opts = self.options
+        return float(opts.inverse_temperature), float(opts.annealing), float(opts.max_inverse_temperature)
+
+    def step(self, theta, aux, grad, step_size, inverse_temperature):
+        return sgld_step(theta, grad, step_size, inverse_temperature), None
+

@@ -1,0 +1,278 @@
+r"""The shared base of the stochastic-gradient MCMC kernels (SGLD, SGHMC, the SA and group-sparse kernels).
+
+Both kernels follow the minibatch estimate of the potential's gradient,
+
+.. math::
+    \nabla\tilde U(\theta) = -\nabla\log p(\theta) - \frac{N}{B}\sum_{i\in S}\nabla\log p(y_i\mid x_i,\theta),
+
+with the B rows ``S`` drawn without replacement at every iteration, inside
+``sample()`` (Pyro's ``initialize_model`` refuses subsampled plates; transforms
+and the initial point come from the full model). By default every chain draws
+its own minibatch (``rows [C, B]``: the chains stay independent Markov
+chains); ``shared_minibatch=True`` gives all chains the same rows (one cheaper
+batched forward pass). ``batch_size=None`` uses the full data (and is the only
+choice for a potential without data, e.g. a known target density).
+
+There is no Metropolis test (the chain is exact only as the step size goes to
+zero), so no ``acceptance_rate`` is recorded. A chain whose minibatch potential
+or gradient is NaN/inf, or whose step leaves the finite numbers, keeps its
+point (and momentum) and counts a divergence.
+
+The update rules are pure functions in :mod:`bnnzoo.inference.sgmcmc`; these
+classes wire state, schedules, pruning and statistics.
+
+Per-draw statistics: ``step_size``, ``temperature`` (:math:`1/\tau`), ``lp``
+(a *minibatch estimate* of the log density at the point the draw's last
+iteration started from: no extra gradient pass is spent on it), ``diverging``,
+and ``sparsity`` when pruning.
+
+References
+----------
+* Welling and Teh (2011), "Bayesian learning via stochastic gradient Langevin dynamics", ICML.
+* Chen, Fox and Guestrin (2014), "Stochastic gradient Hamiltonian Monte Carlo", ICML, eq. (15).
+* Zhang, Li, Zhang, Chen and Wilson (2020), "Cyclical stochastic gradient MCMC for
+  Bayesian deep learning", ICLR (the cyclical cosine step size).
+* Deng, Zhang, Liang and Lin (2019), "An adaptive empirical Bayesian method for
+  sparse deep learning", NeurIPS, eq. (2)-(3) (inverse temperature, simulated annealing).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ... import validation
+from ..pruning import MagnitudePruning
+from ..sgmcmc import SCHEDULES, StepSizeSchedule, finite_chains, inverse_temperature_at, keep_chains, minibatch_rows
+from .base import BaseOptions, FlatKernel
+from ..options import choice, flag, integer, option, optional, positive
+
+__all__ = ["SGLDOptions", "SGMCMCKernel", "SGMCMCOptions", "minibatch_data"]
+
+Tensor = torch.Tensor
+#: InferenceData attributes of every SG-MCMC run
+LP_NOTE = ("minibatch estimate: log prior + (N/B) * log likelihood of B random rows, at the point "
+           "the draw's last iteration started from; not the exact log density")
+LP_FULL_DATA = "full data: the log density at the point the draw's last iteration started from"
+
+
+def minibatch_data(potential, rows: Tensor | None) -> tuple[Tensor, Tensor, float]:
+    """``(x, y, N/B)`` of a minibatch of a BNN potential (rows ``[B]`` or ``[C, B]``; None: the full data)."""
+    if rows is None:
+        return potential.x, potential.y, 1.0
+    return (*potential.minibatch(rows), potential.num_data / rows.shape[-1])
+
+
+def _max_inverse_temperature(name: str, value) -> None:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+        raise ValueError(f"{name} must be positive, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SGMCMCOptions(BaseOptions):
+    """Options every SG-MCMC kernel has: step sizes, minibatches, thinning."""
+
+    step_size: float = option(1e-4, "epsilon_0 (SGLD) or the learning rate eta_0 (SGHMC)", positive)
+    schedule: str = option("constant", "step-size schedule: 'constant', 'polynomial' or 'cyclical'",
+                           choice(*SCHEDULES))
+    decay_power: float = option(1.0 / 3.0, "polynomial decay eps_0 ((k+b)/(1+b))^-gamma: gamma")
+    decay_offset: float = option(0.0, "polynomial decay: the offset b")
+    cycle_length: int | None = option(None, "iterations per cycle of the cyclical schedule")
+    batch_size: int | None = option(None, "minibatch size B (None: the full data every step)", optional(integer(1)))
+    shared_minibatch: bool = option(False, "one minibatch for all vectorized chains (default: one per chain)", flag)
+    thin: int = option(1, "iterations per kept draw after warm-up", integer(1))
+
+    def validate(self) -> None:
+        self.step_schedule()
+
+    def step_schedule(self) -> StepSizeSchedule:
+        return StepSizeSchedule(self.step_size, self.schedule, self.decay_power, self.decay_offset, self.cycle_length)
+
+
+@dataclass(frozen=True)
+class SGLDOptions(SGMCMCOptions):
+    """Options of :class:`SGLD`: :class:`SGMCMCOptions` plus tempering and magnitude pruning."""
+
+    inverse_temperature: float = option(1.0, "tau_0; the chain targets exp(-tau U)", positive)
+    annealing: float = option(1.0, "growth g of simulated annealing, tau_k = tau_0 g^(k-1) (1: none)", positive)
+    max_inverse_temperature: float = option(math.inf, "cap of the annealed tau", _max_inverse_temperature)
+    prune: float | None = option(None, "magnitude pruning toward this sparsity S (None: no pruning)")
+    prune_decay: float = option(0.99, "pruning schedule S (1 - D^(k/U)): D")
+    prune_period: float = option(50.0, "pruning schedule S (1 - D^(k/U)): U")
+    prune_sites: tuple | None = option(None, "sites pruned (None: every layer weight)")
+
+    def validate(self) -> None:
+        super().validate()
+        self.magnitude_pruning()
+
+    def magnitude_pruning(self) -> MagnitudePruning | None:
+        if self.prune is None:
+            return None
+        sites = None if self.prune_sites is None else tuple(self.prune_sites)
+        return MagnitudePruning(self.prune, self.prune_decay, self.prune_period, sites)
+
+
+class SGMCMCKernel(FlatKernel):
+    """Shared wiring of the SG-MCMC kernels: minibatches, schedules, temperature,
+    thinning, pruning and statistics. A subclass gives :meth:`step` (and may
+    override :meth:`force` for another gradient, as the spike-and-slab kernels do).
+    Options: a :class:`SGMCMCOptions`.
+    """
+
+    Options = SGMCMCOptions
+    stat_names = ("diverging", "lp", "step_size", "temperature")
+
+    def __init__(self, model=None, potential=None, **options):
+        super().__init__(model, potential, **options)
+        self.schedule = self.options.step_schedule()
+        self.batch_size = self.options.batch_size
+        self.shared_minibatch = self.options.shared_minibatch
+        self.thin = self.options.thin
+
+    # ---------------------------------------------------------------- state
+    def _reset(self) -> None:
+        super()._reset()
+        self._k = 0  # SG-MCMC iterations done (warm-up included)
+        self._aux: Tensor | None = None  # the momentum of SGHMC
+        self._pruner = None
+        self._last_lp: Tensor | None = None
+        self._last_iteration = True
+
+    def prepare(self, theta: Tensor) -> None:
+        self.check_potential(self.potential)
+        if self.pruning is not None:
+            self._pruner = self.pruning.bind(self.potential, self.num_chains)
+
+    @property
+    def pruning(self) -> MagnitudePruning | None:
+        """The magnitude pruning schedule of the ``prune*`` options (None: no pruning)."""
+        return None
+
+    def temperature_schedule(self) -> tuple[float, float, float]:
+        """``(initial, growth, maximum)`` of the inverse temperature (:func:`inverse_temperature_at`)."""
+        return 1.0, 1.0, math.inf
+
+    def check_potential(self, potential) -> None:
+        self.check_batch_size(potential)
+        if self.pruning is not None:
+            self.pruning.bind(potential, 1)
+
+    def notes(self) -> dict:
+        full_data = self.batch_size is None or self.batch_size == getattr(self.potential, "num_data", None)
+        return {"lp_estimate": LP_FULL_DATA if full_data else LP_NOTE, "iterations_per_draw": self.thin}
+
+    def check_batch_size(self, potential) -> None:
+        """Clear errors for a minibatch the potential cannot give."""
+        if self.batch_size is None:
+            return
+        num_data = getattr(potential, "num_data", None)
+        if num_data is None or not hasattr(potential, "minibatch_value_and_grad"):
+            raise ValueError(f"batch_size={self.batch_size}: minibatches need a BNN model (a potential "
+                             f"with data); use batch_size=None for {type(potential).__name__}")
+        if self.batch_size > num_data:
+            raise ValueError(f"batch_size={self.batch_size} is larger than the {num_data} training rows")
+
+    @property
+    def num_data(self) -> int | None:
+        return getattr(self.potential, "num_data", None)
+
+    # ------------------------------------------------------------- one step
+    def draw_rows(self) -> Tensor | None:
+        """This iteration's minibatch (None: the full data)."""
+        if self.batch_size is None or self.batch_size == self.num_data:
+            return None
+        return minibatch_rows(self.num_data, self.batch_size, self.num_chains, self.shared_minibatch)
+
+    def force(self, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Minibatch ``U`` ``[C]`` and its gradient ``[C, D]`` at ``theta``."""
+        if rows is None:
+            return self.potential.value_and_grad(theta)
+        return self.potential.minibatch_value_and_grad(theta, rows)
+
+    def step(self, theta: Tensor, aux: Tensor | None, grad: Tensor, step_size: float,
+             inverse_temperature: float) -> tuple[Tensor, Tensor | None]:
+        """The update rule: ``(theta, aux) -> (theta', aux')`` (aux: e.g. a momentum; a ``[C, D]``
+        tensor or a tuple of them, kept per chain when a step is not finite)."""
+        raise NotImplementedError
+
+    def initial_aux(self, theta: Tensor, step_size: float, inverse_temperature: float) -> Tensor | None:
+        """The auxiliary state (a momentum) before the first iteration; None for SGLD."""
+        return None
+
+    def after_step(self, theta: Tensor) -> Tensor:
+        """Hook on the new ``[C, D]`` point of every iteration (pruning, pinned coordinates)."""
+        if self._pruner is not None:
+            theta = self._pruner.step(theta, self._k)
+            if self._aux is not None:
+                self._aux = self._pruner.apply(self._aux)
+        return theta
+
+    def iterate(self, theta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One SG-MCMC iteration: ``(theta', U at theta [C], diverging [C])``."""
+        self._k += 1
+        step_size = self.schedule(self._k)
+        tau = inverse_temperature_at(self._k, *self.temperature_schedule())
+        value, grad = self.force(theta, self.draw_rows())
+        ok = torch.isfinite(value) & torch.isfinite(grad).all(-1)
+        grad = torch.where(ok.unsqueeze(-1), grad, torch.zeros_like(grad))
+        if self._aux is None:
+            self._aux = self.initial_aux(theta, step_size, tau)
+        theta_new, aux_new = self.step(theta, self._aux, grad, step_size, tau)
+        ok = ok & finite_chains(theta_new)
+        if aux_new is not None:
+            ok = ok & finite_chains(aux_new)
+            self._aux = keep_chains(ok, aux_new, self._aux)
+        theta_new = torch.where(ok.unsqueeze(-1), theta_new, theta)
+        self._step_size, self._tau = step_size, tau
+        return self.after_step(theta_new), value, ~ok
+
+    def iterations_per_draw(self) -> int:
+        """SG-MCMC iterations of the coming draw: 1 in warm-up, ``thin`` after it."""
+        return 1 if self.in_warmup else self.thin
+
+    def transition(self, theta: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        diverging = torch.zeros(self.num_chains, dtype=torch.bool)
+        iterations = self.iterations_per_draw()
+        for i in range(iterations):
+            self._last_iteration = i == iterations - 1  # a force may skip work for lp before that
+            theta, value, bad = self.iterate(theta)
+            diverging |= bad
+        lp = -value.detach()
+        if self._last_lp is not None:
+            lp = torch.where(torch.isfinite(lp), lp, self._last_lp)
+        self._last_lp = lp
+        full = lambda v: torch.full((self.num_chains,), float(v))  # noqa: E731
+        stats = {"diverging": diverging, "lp": lp, "step_size": full(self._step_size),
+                 "temperature": full(1.0 / self._tau)}
+        stats.update(self.draw_stats(theta))
+        return theta, stats
+
+    def draw_stats(self, theta: Tensor) -> dict[str, Tensor]:
+        """Extra per-draw statistics (``[C]`` tensors)."""
+        return {"sparsity": self._pruner.sparsity()} if self._pruner is not None else {}
+
+    # ------------------------------------------------------------ reporting
+    def final_state(self) -> dict:
+        """Final per-chain quantities (typed fields of :class:`~bnnzoo.results.Draws`):
+        ``{name: {site: [C, ...] array}}``."""
+        if self._pruner is None:
+            return {}
+        shapes = self.potential.shapes
+        return {"pruning_mask": {s: m.reshape((self.num_chains,) + shapes[s]).numpy()
+                                 for s, m in self._pruner.masks.items()}}
+
+    def diagnostics(self) -> dict:
+        out = super().diagnostics()
+        out.pop("acceptance rate", None)  # no Metropolis test
+        out["final_state"] = self.final_state()
+        return out
+
+    def logging(self):
+        log = super().logging()
+        if self._stats or self._warmup_stats:
+            log["iteration"] = self._k
+        return log
+
+
