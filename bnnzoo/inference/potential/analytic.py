@@ -1,0 +1,186 @@
+"""The analytic gradient of a Dense BNN and its ``torch.compile`` graphs.
+
+* :func:`dense_value_and_grads`: forward and hand-written backward pass of a
+  Dense network, with the activations' derivatives in :data:`ACTIVATION_BACKWARD`
+  and the losses of a Gaussian (fixed noise), Bernoulli or categorical likelihood;
+* :class:`AnalyticMixin`: the part of :class:`~bnnzoo.inference.potential.BNNPotential`
+  that uses them (whether the model qualifies, the value and gradient on a
+  flat ``theta``, and the compiled graphs of the full-data value-and-gradient
+  and leapfrog step, made once per process by :func:`_compiled`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from ...models.bnn import ACTIVATION_FUNCTIONS
+from ...models.likelihoods import Bernoulli, Categorical, GaussianLikelihood
+from ...models.spec import Dense
+from ..integrators import leapfrog_step
+
+if TYPE_CHECKING:
+    from .bnn import BNNPotential
+
+Tensor = torch.Tensor
+
+
+#: ``back(g, h)``: ``g * act'(z)`` from the activation's output ``h = act(z)``
+#: (None: the identity). relu/leaky_relu use ``h > 0`` (iff ``z > 0``, as autograd);
+#: softplus ``sigmoid(z) = 1 - exp(-h)``; leaky_relu has torch's default slope 0.01.
+ACTIVATION_BACKWARD = {
+    "tanh": lambda g, h: g * (1 - h * h),
+    "sigmoid": lambda g, h: g * (h * (1 - h)),
+    "relu": lambda g, h: g * (h > 0),
+    "leaky_relu": lambda g, h: torch.where(h > 0, g, 0.01 * g),
+    "softplus": lambda g, h: g * -torch.expm1(-h),
+    "linear": None,
+    None: None,
+}
+
+
+def dense_value_and_grads(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]]:
+    r"""Forward and hand-written backward pass of a Dense network.
+
+    ``layers``: ``(W, b, act, back)`` per layer, ``W [*batch, out, in]``, ``b
+    [*batch, out]`` or None, ``back`` from :data:`ACTIVATION_BACKWARD`; ``x [N, in]``
+    (or ``[*batch, N, in]``); ``loss(f) -> (U [*batch], dU/df)``. Forward:
+    :math:`z_l = h_{l-1} W_l^T + b_l`, :math:`h_l = \mathrm{act}_l(z_l)`, ``f = h_L``.
+    Backward, from :math:`\delta_L = \partial U/\partial f \odot \mathrm{act}_L'(z_L)`:
+
+    .. math:: \partial U/\partial W_l = \delta_l^T h_{l-1}, \quad
+              \partial U/\partial b_l = 	extstyle\sum_n \delta_{l,n}, \quad
+              \delta_{l-1} = (\delta_l W_l) \odot \mathrm{act}_{l-1}'(z_{l-1}).
+
+    Returns ``U`` and the gradients in site order (``W_0, b_0, W_1, ...``, no
+    entry for a missing bias).
+    """
+    hs = [x]
+    for w, b, act, _ in layers:
+        z = torch.matmul(hs[-1], w.transpose(-1, -2))
+        hs.append(act(z if b is None else z + b.unsqueeze(-2)))
+    value, delta = loss(hs[-1])
+    grads = []
+    for i in range(len(layers) - 1, -1, -1):
+        w, b, _, back = layers[i]
+        if back is not None:
+            delta = back(delta, hs[i + 1])
+        if b is not None:
+            grads.append(delta.sum(-2))
+        grads.append(torch.matmul(delta.transpose(-1, -2), hs[i]))
+        if i:
+            delta = torch.matmul(delta, w)
+    grads.reverse()
+    return value, grads
+
+
+def _bernoulli_loss(f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+    """``-log Bernoulli(y | logits f)`` summed, and ``sigmoid(f) - y``, both times ``scale``."""
+    value = torch.nn.functional.binary_cross_entropy_with_logits(f, y.expand_as(f), reduction="none")
+    return scale * value.sum((-1, -2)), scale * (torch.sigmoid(f) - y)
+
+
+def _categorical_loss(f: Tensor, onehot: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+    """``-log softmax(f)[y]`` summed, and ``softmax(f) - onehot(y)``, both times ``scale``."""
+    logp = torch.log_softmax(f, -1)
+    return -scale * (logp * onehot).sum((-1, -2)), scale * (logp.exp() - onehot)
+
+
+class AnalyticMixin:
+    """The analytic path of :class:`~bnnzoo.inference.potential.BNNPotential`
+    (its methods use the potential's model, data, layout and prior segments):
+    :meth:`_analytic_plan` decides whether the model qualifies and prepares what
+    the path needs, :meth:`_analytic_value_and_grad` evaluates it, and
+    :meth:`_run_compiled` calls its compiled graphs."""
+
+    def _analytic_plan(self):
+        """What the analytic path needs, or None when the model does not qualify:
+        Dense layers with an activation of :data:`ACTIVATION_BACKWARD`, every site
+        under an iid elementwise prior with an identity transform, and a Gaussian
+        (fixed noise), Bernoulli or Categorical likelihood."""
+        spec, lik = self.model.spec, self.model.likelihood
+        if not self._segments or self._other_sites:
+            return None
+        if not all(isinstance(layer, Dense) and layer.activation in ACTIVATION_BACKWARD for layer in spec.layers):
+            return None
+        if isinstance(lik, GaussianLikelihood) and not lik.learned:
+            kind = "gaussian"
+        elif isinstance(lik, (Bernoulli, Categorical)):
+            kind = lik.kind
+        else:
+            return None
+        if self.y.dim() != 1 or self.x.shape[0] != self.y.shape[0]:
+            return None
+        expected = [f"layers.{i}.{p}" for i, layer in enumerate(spec.layers)
+                    for p in (("weight", "bias") if layer.bias else ("weight",))]
+        if self.names != expected:
+            return None
+        dtype = torch.get_default_dtype()
+        self._x = self.x.reshape(self.num_data, -1)  # a Dense first layer flattens an image input
+        if kind == "categorical":
+            self._target = torch.nn.functional.one_hot(self.y.long(), spec.layers[-1].units).to(dtype)
+        else:
+            self._target = self.y.to(dtype).unsqueeze(-1)  # [N, 1], like f
+        self._inv_var = 1.0 / float(lik.noise) ** 2 if kind == "gaussian" else 1.0
+        # N log(noise) + N/2 log(2 pi): the same for a minibatch once scaled by N/B
+        self._lik_const = self.num_data * (math.log(float(lik.noise)) + 0.5 * math.log(2 * math.pi)) \
+            if kind == "gaussian" else 0.0
+        self._loss = {"gaussian": self._gaussian_loss, "bernoulli": _bernoulli_loss,
+                      "categorical": _categorical_loss}[kind]
+        self._shapes = [self.shapes[n] for n in self.names]
+        self._layers = [(ACTIVATION_FUNCTIONS[layer.activation], ACTIVATION_BACKWARD[layer.activation], layer.bias)
+                        for layer in spec.layers]
+        return kind
+
+    def _gaussian_loss(self, f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        r = f - y
+        value = (0.5 * scale * self._inv_var) * r.square().sum((-1, -2)) + self._lik_const
+        return value, r * (scale * self._inv_var)
+
+    def _analytic_value_and_grad(self, theta: Tensor, x: Tensor, target: Tensor, scale: float):
+        """``U`` and ``dU/dtheta`` with the likelihood of ``(x, target)`` scaled by ``scale``."""
+        batch = theta.shape[:-1]
+        parts = iter(p.reshape(batch + s) for p, s in zip(torch.split(theta, self.sizes, dim=-1), self._shapes))
+        layers = [(next(parts), next(parts) if bias else None, act, back) for act, back, bias in self._layers]
+        value, grads = dense_value_and_grads(x, layers, lambda f: self._loss(f, target, scale))
+        grad = torch.cat([g.reshape(batch + (-1,)) for g in grads], dim=-1)
+        for start, end, prior in self._segments:
+            w = theta[..., start:end]
+            value = value - prior.log_density(w).sum(-1)
+            grad[..., start:end] -= prior.log_density_grad(w)
+        return value, grad
+
+    def _run_compiled(self, name: str, *args: Tensor):
+        key = (name, *(a.shape for a in args))  # torch.Size is hashable: no copies on the hot path
+        if key in self._compiled_keys:
+            return _compiled(name)(self, *args)
+        start = time.perf_counter()
+        try:
+            out = _compiled(name)(self, *args)
+        except Exception as err:
+            raise RuntimeError(f"compile=True: torch.compile of the potential's {name} failed "
+                               f"({type(err).__name__}: {err}); run with compile=False") from err
+        self.compile_seconds += time.perf_counter() - start
+        self._compiled_keys.add(key)
+        return out
+
+
+def _value_and_grad_graph(potential: BNNPotential, theta: Tensor) -> tuple[Tensor, Tensor]:
+    return potential._analytic_value_and_grad(theta, potential._x, potential._target, 1.0)
+
+
+def _leapfrog_step_graph(potential: BNNPotential, theta, p, grad, step_size, inv_mass):
+    return leapfrog_step(theta, p, grad, step_size, inv_mass, lambda t: _value_and_grad_graph(potential, t))
+
+
+@functools.cache
+def _compiled(name: str):
+    """The compiled graph functions, made once per process: the potential is an argument,
+    so a new potential of the same network (same shapes, priors and likelihood) reuses
+    the graph; dynamo's guards recompile when they differ."""
+    graph = {"value_and_grad": _value_and_grad_graph, "leapfrog_step": _leapfrog_step_graph}[name]
+    return torch.compile(graph, dynamic=False)

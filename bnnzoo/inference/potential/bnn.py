@@ -1,0 +1,217 @@
+"""The fast potential of a :class:`~bnnzoo.models.BNN` (:class:`BNNPotential`):
+the log density written directly in torch, C chains in one batched pass, the
+minibatch estimate, and the smooth/L1 split of the priors."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import pyro
+import torch
+from torch.distributions import biject_to
+
+from ...models.bnn import BNN
+from ...models.l1 import prior_l1_weight
+from ...models.priors import Gaussian
+from .analytic import ACTIVATION_BACKWARD, AnalyticMixin
+from .base import FlatPotential, is_identity
+
+Tensor = torch.Tensor
+
+
+# FlatPotential before the mixin: super() in value_and_grad/leapfrog_step finds
+# FlatPotential's methods first, as with no mixin
+class BNNPotential(FlatPotential, AnalyticMixin):
+    """Fast potential of a :class:`BNN` on data ``(x, y)``.
+
+    Parameters
+    ----------
+    model : BNN
+    x, y : Tensor
+        Training inputs and targets (validated beforehand).
+    analytic : bool
+        Use the hand-written backward pass where the model allows it
+        (:meth:`~bnnzoo.inference.potential.analytic.AnalyticMixin._analytic_plan`); False
+        forces autograd.
+    compile : bool
+        Run the full-data :meth:`value_and_grad` and :meth:`leapfrog_step` as
+        ``torch.compile`` graphs (inductor fuses the forward, the backward and the
+        leapfrog update into one C++ loop nest). Needs the analytic path and a C++
+        compiler. The first call for each input shape compiles (seconds; about 20 s
+        on a machine with an empty inductor cache), later calls and later potentials
+        of the same network reuse the graph (the data are graph inputs, not
+        constants); :attr:`compile_seconds` adds up the time of the compiling calls.
+        Past dynamo's recompile limit (8 variants per process by default) calls
+        run eagerly, with dynamo's warning. Minibatch gradients stay eager (their
+        row indices change at every call).
+    """
+
+    def __init__(self, model: BNN, x: Tensor, y: Tensor, analytic: bool = True, compile: bool = False):
+        self.model = model
+        self.x = model.prepare_input(x)
+        self.y = model.observed(y)
+        self.num_data = int(x.shape[0])
+        self.names = [site.name for site in model.sites]
+        self.shapes = {site.name: tuple(site.shape) for site in model.sites}
+        self._supports = self._prototype_supports()
+        self.transforms = {n: biject_to(s).inv for n, s in self._supports.items()}
+        self._bijections = {n: biject_to(s) for n, s in self._supports.items()}
+        self._layout()
+        self._segments, self._other_sites = self._prior_segments()
+        self._plan = self._analytic_plan()
+        #: True when :meth:`value_and_grad` and :meth:`minibatch_value_and_grad` use
+        #: the hand-written backward (:func:`~bnnzoo.inference.potential.analytic.dense_value_and_grads`);
+        #: False forces autograd
+        self.analytic = bool(analytic) and self._plan is not None
+        if compile and not self.analytic:
+            raise ValueError(
+                "compile=True needs the analytic gradient (Dense layers with an activation among "
+                f"{', '.join(str(a) for a in ACTIVATION_BACKWARD)}, iid elementwise priors on untransformed "
+                "sites, a Gaussian likelihood with fixed noise, Bernoulli or Categorical), which this model "
+                "does not have" + ("" if analytic else " (analytic=False)"))
+        #: True when :meth:`value_and_grad` and :meth:`leapfrog_step` run compiled graphs
+        self.compile = bool(compile)
+        #: seconds spent in the calls that compiled a graph (one per function and input shapes)
+        self.compile_seconds = 0.0
+        self._compiled_keys: set[tuple] = set()
+
+    def _prior_segments(self):
+        """Runs of adjacent unconstrained sites sharing one iid prior: their log
+        density is one elementwise op on a slice of ``theta``. Other sites go
+        through their distribution objects."""
+        segments: list[list] = []  # [start, end, prior]
+        others = []
+        start = 0
+        for site, size in zip(self.model.sites, self.sizes):
+            identity = is_identity(self._bijections[site.name])
+            if site.elementwise is None or not identity:
+                others.append(site)
+            elif segments and segments[-1][1] == start and segments[-1][2] == site.elementwise:
+                segments[-1][1] = start + size
+            else:
+                segments.append([start, start + size, site.elementwise])
+            start += size
+        return [tuple(seg) for seg in segments], others
+
+    def log_prior(self, theta: Tensor, values: Mapping[str, Tensor], skip_gaussian: bool = False) -> Tensor:
+        """Log prior density of the constrained ``values`` (``theta`` flat); with
+        ``skip_gaussian``, without the coordinates of :meth:`gaussian_prior_scale`."""
+        total = 0.0
+        for start, end, prior in self._segments:
+            if skip_gaussian and isinstance(prior, Gaussian):
+                continue
+            total = total + prior.log_density(theta[..., start:end]).sum(-1)
+        for site in self._other_sites:
+            total = total + self.model.site_distribution(site, values).log_prob(values[site.name])
+        return total
+
+    def _prototype_supports(self) -> dict:
+        """Each site's support, read off distributions built at a prior draw."""
+        values: dict[str, Tensor] = {}
+        supports = {}
+        with torch.no_grad(), pyro.validation_enabled(False):
+            for site in self.model.sites:
+                d = site.dist(values)
+                values[site.name] = d.sample()
+                supports[site.name] = d.support
+        return supports
+
+    def constrained_values(self, theta: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        """Constrained values and the summed log|Jacobian| of the transform."""
+        values, log_det = {}, torch.zeros(theta.shape[:-1], dtype=theta.dtype)
+        for name, u in self.unflatten(theta).items():
+            bij = self._bijections[name]
+            if is_identity(bij):
+                values[name] = u
+                continue
+            values[name] = x = bij(u)
+            jac = bij.log_abs_det_jacobian(u, x)
+            log_det = log_det + jac.reshape(jac.shape[: theta.dim() - 1] + (-1,)).sum(-1)
+        return values, log_det
+
+    def log_likelihood(self, values, rows: Tensor | None = None) -> Tensor:
+        """Summed log likelihood of the data (or of ``rows``, scaled by N/B).
+
+        ``rows`` is ``[B]`` (one minibatch for every chain) or ``[C, B]`` (one
+        minibatch per chain)."""
+        if rows is None:
+            return self.model.log_likelihood(values, self.x, self.y).sum(-1)
+        scale = self.num_data / rows.shape[-1]
+        return scale * self.model.log_likelihood(values, *self.minibatch(rows)).sum(-1)
+
+    def minibatch(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Inputs and targets of ``rows`` (``[B]`` or ``[C, B]``): ``x[rows], y[rows]``,
+        gathered by ``index_select`` (several times faster than advanced indexing)."""
+        flat = rows.reshape(-1)
+        x = self.x.index_select(0, flat).reshape(rows.shape + self.x.shape[1:])
+        return x, self.y.index_select(0, flat).reshape(rows.shape + self.y.shape[1:])
+
+    def __call__(self, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        with pyro.validation_enabled(False):
+            values, log_det = self.constrained_values(theta)
+            return -(self.log_prior(theta, values) + self.log_likelihood(values, rows) + log_det)
+
+    def gaussian_prior_scale(self) -> Tensor:
+        """Per coordinate of ``theta`` ``[D]``: the prior sd where the prior is an iid
+        ``N(0, sd^2)`` on an untransformed site (a closed-form KL for a Gaussian
+        guide), NaN elsewhere."""
+        scale = torch.full((self.dim,), math.nan, dtype=torch.get_default_dtype())
+        for start, end, prior in self._segments:
+            if isinstance(prior, Gaussian):
+                scale[start:end] = prior.scale
+        return scale
+
+    def log_prior_and_likelihood(self, theta: Tensor, rows: Tensor | None = None,
+                                 skip_gaussian: bool = False) -> tuple[Tensor, Tensor]:
+        """``U = -(log_prior + log_lik)`` in two parts, each ``[*batch]``: the log prior
+        in unconstrained space (with the log|Jacobian|; ``skip_gaussian`` leaves out
+        the coordinates of :meth:`gaussian_prior_scale`) and the log likelihood
+        (of ``rows`` scaled by N/B when given)."""
+        with pyro.validation_enabled(False):
+            values, log_det = self.constrained_values(theta)
+            return self.log_prior(theta, values, skip_gaussian) + log_det, self.log_likelihood(values, rows)
+
+    def l1_weights(self, spike_and_slab: bool = False) -> Tensor:
+        """``[D]`` L1 weights from the priors' smooth/L1 split (:meth:`Prior.split`):
+        ``1/scale`` on the coordinates of sites with an iid Laplace prior and an
+        identity transform, 0 elsewhere. With ``spike_and_slab=True``, sites with a
+        Laplace-spike :class:`~bnnzoo.models.SpikeAndSlab` get the exact kink of
+        their density at 0 (:func:`~bnnzoo.models.l1.prior_l1_weight`)."""
+        weights = torch.zeros(self.dim, dtype=torch.get_default_dtype())
+        start = 0
+        for site, size in zip(self.model.sites, self.sizes):
+            if site.elementwise is not None and is_identity(self._bijections[site.name]):
+                weights[start:start + size] = prior_l1_weight(site.elementwise, spike_and_slab)
+            start += size
+        return weights
+
+    def value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """``U(theta)`` and ``dU/dtheta``: analytic when :attr:`analytic` (compiled when
+        :attr:`compile`), else autograd."""
+        if self.compile:
+            return self._run_compiled("value_and_grad", theta.detach())
+        if self.analytic:
+            return self._analytic_value_and_grad(theta.detach(), self._x, self._target, 1.0)
+        return super().value_and_grad(theta)
+
+    def leapfrog_step(self, theta, p, grad, step_size, inv_mass):
+        """One leapfrog step; with :attr:`compile`, the update and the gradient as one graph."""
+        if not self.compile:
+            return super().leapfrog_step(theta, p, grad, step_size, inv_mass)
+        # a tensor: a Python float would be compiled in as a constant, one graph per step size
+        step_size = torch.as_tensor(step_size, dtype=theta.dtype)
+        return self._run_compiled("leapfrog_step", theta, p, grad, step_size, inv_mass)
+
+    def minibatch_value_and_grad(self, theta: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Unbiased minibatch estimate of ``U`` and its gradient (likelihood scaled by N/B)."""
+        if self.analytic and (rows.dim() == 1 or rows.shape[:-1] == theta.shape[:-1]):
+            flat = rows.reshape(-1)
+            x = self._x.index_select(0, flat).reshape(rows.shape + self._x.shape[1:])
+            target = self._target.index_select(0, flat).reshape(rows.shape + self._target.shape[1:])
+            return self._analytic_value_and_grad(theta.detach(), x, target, self.num_data / rows.shape[-1])
+        theta = theta.detach().requires_grad_(True)
+        with torch.enable_grad():
+            value = self(theta, rows)
+            (grad,) = torch.autograd.grad(value.sum(), theta)
+        return value.detach(), grad

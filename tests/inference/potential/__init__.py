@@ -1,0 +1,1 @@
+"""Tests of bnnzoo.inference.potential, one module per module of the package."""

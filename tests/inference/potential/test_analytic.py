@@ -1,0 +1,155 @@
+"""Tests of bnnzoo.inference.potential.analytic: the hand-written gradient against
+autograd (every activation, elementwise prior and likelihood; minibatches; float32),
+the fallback to autograd, and compile=True giving the eager numbers."""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+
+from bnnzoo.inference.potential import BNNPotential, PyroPotential, make_potential
+from bnnzoo.models import BNN, BNNSpec, Dense
+from tests.inference.potential.problems import cnn_problem, make_data, mlp_problem, random_points
+from tests.support.cases import LIKELIHOODS, PRIORS, needs_compiler
+
+
+# ----------------------------------------------------------------------------
+# analytic value-and-gradient == autograd
+
+ANALYTIC_ACTIVATIONS = ("tanh", "sigmoid", "relu", "leaky_relu", "softplus", "linear", None)
+ANALYTIC_PRIORS = ("gaussian", "laplace", "spike_and_slab", "spike_and_slab_gaussian")
+ANALYTIC_LIKELIHOODS = ("gaussian", "bernoulli", "categorical")
+
+
+def analytic_problem(activation, prior_name, lik_name, n=10, bias_last=True):
+    likelihood, out = LIKELIHOODS[lik_name]
+    spec = BNNSpec(layers=[Dense(5, activation), Dense(4, activation), Dense(out, bias=bias_last)],
+                   input_dim=3, prior=PRIORS[prior_name], likelihood=likelihood)
+    x, y = make_data(likelihood, n, 3)
+    return BNN(spec), x, y
+
+
+def assert_analytic_matches_autograd(model, x, y, theta, rows=None):
+    fast = BNNPotential(model, x, y)
+    slow = BNNPotential(model, x, y, analytic=False)
+    assert fast.analytic and not slow.analytic
+    if rows is None:
+        (v1, g1), (v2, g2) = fast.value_and_grad(theta), slow.value_and_grad(theta)
+    else:
+        (v1, g1), (v2, g2) = fast.minibatch_value_and_grad(theta, rows), slow.minibatch_value_and_grad(theta, rows)
+    assert v1.shape == v2.shape == theta.shape[:-1] and g1.shape == g2.shape == theta.shape
+    torch.testing.assert_close(v1, v2, rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(g1, g2, rtol=1e-5, atol=1e-5 * float(g2.abs().max()))
+    torch.testing.assert_close(v1, fast(theta, rows), rtol=1e-10, atol=0)
+
+
+@pytest.mark.parametrize("lik_name", ANALYTIC_LIKELIHOODS)
+@pytest.mark.parametrize("prior_name", ANALYTIC_PRIORS)
+@pytest.mark.parametrize("activation", ANALYTIC_ACTIVATIONS)
+def test_analytic_gradient_equals_autograd(float64, activation, prior_name, lik_name):
+    model, x, y = analytic_problem(activation, prior_name, lik_name)
+    theta = random_points(BNNPotential(model, x, y), 3, seed=1)
+    theta[0, :4] = 0.0  # the Laplace kink: both give sign(0) = 0
+    assert_analytic_matches_autograd(model, x, y, theta[0])  # one chain [D]
+    assert_analytic_matches_autograd(model, x, y, theta)  # chains [C, D]
+
+
+@pytest.mark.parametrize("lik_name", ANALYTIC_LIKELIHOODS)
+def test_analytic_minibatch_equals_autograd(float64, lik_name):
+    model, x, y = analytic_problem("tanh", "laplace", lik_name, bias_last=False)
+    theta = random_points(BNNPotential(model, x, y), 2, seed=2)
+    rows = torch.tensor([3, 0, 7, 7])
+    assert_analytic_matches_autograd(model, x, y, theta[0], rows)
+    assert_analytic_matches_autograd(model, x, y, theta, rows)
+    assert_analytic_matches_autograd(model, x, y, theta, torch.tensor([[1, 2, 9], [4, 4, 0]]))
+
+
+def test_analytic_gradient_float32():
+    model, x, y = analytic_problem("tanh", "spike_and_slab", "categorical")
+    fast, slow = BNNPotential(model, x, y), BNNPotential(model, x, y, analytic=False)
+    theta = random_points(fast, 4, seed=3)
+    (v1, g1), (v2, g2) = fast.value_and_grad(theta), slow.value_and_grad(theta)
+    assert g1.dtype == torch.float32
+    torch.testing.assert_close(v1, v2, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(g1, g2, rtol=1e-4, atol=1e-4 * float(g2.abs().max()))
+
+
+def _non_analytic_problems():
+    yield "gelu", analytic_problem("gelu", "gaussian", "gaussian")
+    yield "horseshoe", mlp_problem("horseshoe", "gaussian")
+    yield "group_spike_and_slab", mlp_problem("group_spike_and_slab", "bernoulli")
+    yield "learned_noise", mlp_problem("gaussian", "gaussian_learned")
+    yield "conv", cnn_problem()
+
+
+def test_non_qualifying_models_fall_back_to_autograd(float64):
+    for name, (model, x, y) in _non_analytic_problems():
+        potential = BNNPotential(model, x, y)
+        assert not potential.analytic, name
+        theta = random_points(potential, 2, seed=4, radius=0.5)
+        value, grad = potential.value_and_grad(theta)
+        t = theta.clone().requires_grad_(True)
+        (expected,) = torch.autograd.grad(potential(t).sum(), t)
+        torch.testing.assert_close(value, potential(theta), msg=name)
+        torch.testing.assert_close(grad, expected, msg=name)
+        # and equal to Pyro's own potential
+        pyro_pot = PyroPotential(model, (x, y))
+        v0, g0 = pyro_pot.value_and_grad(pyro_pot.flatten(potential.unflatten(theta[0])))
+        torch.testing.assert_close(value[0], v0, rtol=1e-6, atol=1e-8, msg=name)
+        torch.testing.assert_close(potential.unflatten(grad[0]), pyro_pot.unflatten(g0), rtol=1e-5, atol=1e-6,
+                                   msg=name)
+
+
+# ----------------------------------------------------------------------------
+# compile=True: the same numbers from torch.compile graphs
+
+@needs_compiler
+@pytest.mark.parametrize("activation, prior_name, lik_name", [("tanh", "gaussian", "gaussian"),
+                                                              ("relu", "laplace", "categorical")])
+def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_name):
+    model, x, y = analytic_problem(activation, prior_name, lik_name)
+    eager, compiled = BNNPotential(model, x, y), BNNPotential(model, x, y, compile=True)
+    assert compiled.compile and compiled.compile_seconds == 0.0
+    theta = random_points(eager, 4, seed=5)
+    for t in (theta, theta[0]):  # chains [C, D] and one chain [D]
+        (v1, g1), (v2, g2) = compiled.value_and_grad(t), eager.value_and_grad(t)
+        assert v1.shape == v2.shape == t.shape[:-1] and g1.shape == t.shape
+        torch.testing.assert_close(v1, v2, rtol=1e-10, atol=0)
+        torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-10 * float(g2.abs().max()))
+    assert compiled.compile_seconds > 0.0
+    # a leapfrog step for two step sizes: the step size is an input of the graph, not a constant
+    p = torch.randn(theta.shape, generator=torch.Generator().manual_seed(6), dtype=theta.dtype)
+    inv_mass = torch.linspace(0.5, 2.0, eager.dim, dtype=theta.dtype)
+    _, grad = eager.value_and_grad(theta)
+    for step_size in (0.01, 0.003):
+        fast = compiled.leapfrog_step(theta, p, grad, step_size, inv_mass)
+        slow = eager.leapfrog_step(theta, p, grad, step_size, inv_mass)
+        for a, b in zip(fast, slow):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
+    spent = compiled.compile_seconds
+    compiled.leapfrog_step(theta, p, grad, 0.02, inv_mass)
+    assert compiled.compile_seconds == spent  # same shapes: no compiling call
+    # another data set of the same shapes reuses the graph: the data are inputs, not constants
+    shifted = (x + 1.0, y.flip(0))
+    v1, g1 = BNNPotential(model, *shifted, compile=True).value_and_grad(theta)
+    v2, g2 = BNNPotential(model, *shifted).value_and_grad(theta)
+    torch.testing.assert_close(v1, v2, rtol=1e-10, atol=0)
+    torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-10 * float(g2.abs().max()))
+
+
+def test_compile_refused_where_there_is_no_analytic_path(float64):
+    for name, (model, x, y) in _non_analytic_problems():
+        with pytest.raises(ValueError, match="compile=True needs the analytic gradient"):
+            BNNPotential(model, x, y, compile=True)
+    model, x, y = analytic_problem("tanh", "gaussian", "gaussian")
+    with pytest.raises(ValueError, match=r"analytic=False"):
+        BNNPotential(model, x, y, analytic=False, compile=True)
+
+    def plain(x, y):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0))
+        pyro.sample("y", dist.Normal(w * x, 1.0).to_event(1), obs=y)
+
+    with pytest.raises(ValueError, match="compile=True needs a BNN model"):
+        make_potential(plain, x[:, 0], y, compile=True)
