@@ -51,8 +51,7 @@ def _load_data(table: dict | str | None, seed: int):
 
 
 def _compare(plan: dict, out: str, title: str, description: str, progress: bool) -> int:
-    from .report import write_report
-    from .workbench import compare, format_table
+    from .experiments import compare, format_table, write_report
 
     seed = int(plan.get("seed", 0))
     data = _load_data(plan["data"], seed)

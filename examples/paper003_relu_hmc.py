@@ -54,14 +54,8 @@ import pandas as pd
 import torch
 
 from bnnzoo.data import load
-from bnnzoo.diagnostics import (
-    acceptance_sweep,
-    efficiency_curve,
-    plot_acceptance_sweep,
-    plot_acceptance_vs_size,
-    plot_efficiency,
-    size_sweep,
-)
+from bnnzoo.diagnostics import plot_acceptance_sweep, plot_acceptance_vs_size, plot_efficiency
+from bnnzoo.experiments import acceptance_sweep, efficiency_curve, size_sweep
 from bnnzoo.inference import recommend_target_accept
 from bnnzoo.models.zoo import cosine_mlp
 

@@ -17,3 +17,38 @@ def float64():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(old)
+
+
+# ------------------------------------------------- tiny runs shared by diagnostics and experiments
+# Session-scoped: each runs once, for tests/diagnostics (which judge them) and tests/experiments.
+@pytest.fixture(scope="session")
+def cosine():
+    from bnnzoo.data import load
+
+    return load("cosine", n_train=30, n_test=40)
+
+
+@pytest.fixture(scope="session")
+def rwmh_run(cosine):
+    from bnnzoo.inference import run
+    from bnnzoo.models import zoo
+
+    return run(zoo.cosine_mlp(hidden=5), cosine, engine="rwmh", num_samples=60, warmup_steps=60, num_chains=3)
+
+
+def binary_data(n=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 2, generator=g)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).long()
+    return x, y
+
+
+@pytest.fixture(scope="session")
+def bernoulli_run():
+    from bnnzoo.inference import run
+    from bnnzoo.models import Bernoulli, BNNSpec, Dense, Gaussian
+
+    spec = BNNSpec(layers=[Dense(3, "tanh"), Dense(1)], input_dim=2, prior=Gaussian(1.0), likelihood=Bernoulli())
+    x, y = binary_data(40)
+    xt, yt = binary_data(25, seed=1)
+    return run(spec, (x, y, xt, yt), engine="rwmh", num_samples=50, warmup_steps=50, num_chains=2)

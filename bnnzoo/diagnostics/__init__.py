@@ -1,19 +1,12 @@
-"""How a run is judged: ArviZ export, summaries and mixing, predictive metrics, plots.
+"""How a finished run is judged: ArviZ export, summaries and mixing, predictive metrics,
+plots, and the theory of HMC acceptance.
 
-This package never imports an inference kernel at import time: it reads a
-:class:`~bnnzoo.inference.Run` (duck-typed) or a finished ``pyro.infer.MCMC``
-(through :func:`bnnzoo.results.split_mcmc`). The acceptance experiments of
-:mod:`.acceptance` run the ``fixed_hmc`` engine, importing it inside the call.
+This package never imports :mod:`bnnzoo.inference`, not even inside a function: it
+reads a :class:`~bnnzoo.results.Run` (duck-typed) or a finished ``pyro.infer.MCMC``
+(through :func:`bnnzoo.results.split_mcmc`). Studies that run engines (comparisons,
+acceptance sweeps, efficiency curves, reports) live in :mod:`bnnzoo.experiments`.
 """
 
-from .acceptance import (
-    EfficiencyCurve,
-    acceptance_sweep,
-    efficiency_curve,
-    size_sweep,
-    theoretical_efficiency,
-    theoretical_optimal_acceptance,
-)
 from .arviz import posterior_dataset, site_dims, to_inference_data
 from .predictive import (
     accuracy,
@@ -29,10 +22,10 @@ from .predictive import (
     rmse,
 )
 from .summary import chain_table, ess_rhat, mixing, sampling_time, sparsity, summary
+from .theory import optimal_acceptance, theoretical_efficiency, theoretical_optimal_acceptance
 
 __all__ = [
-    "EfficiencyCurve", "acceptance_sweep", "efficiency_curve", "size_sweep", "theoretical_efficiency",
-    "theoretical_optimal_acceptance",
+    "optimal_acceptance", "theoretical_efficiency", "theoretical_optimal_acceptance",
     "accuracy", "chain_table", "ess_rhat", "expected_calibration_error", "function_draws",
     "gaussian_log_lik", "gaussian_nll", "map_draws", "mixing", "nll", "plot_acceptance",
     "plot_acceptance_sweep", "plot_acceptance_vs_size", "plot_efficiency", "plot_energy", "plot_predictive_band",

@@ -87,7 +87,7 @@ class _Source:
 def to_inference_data(run_or_mcmc, *, model=None, data=None, log_likelihood: bool = True,
                       posterior_predictive: bool = True, predictions: bool = True,
                       chunk_size: int = 256, seed: int = 0) -> az.InferenceData:
-    """Convert a :class:`~bnnzoo.inference.Run` or a finished ``pyro.infer.MCMC`` to InferenceData.
+    """Convert a :class:`~bnnzoo.results.Run` or a finished ``pyro.infer.MCMC`` to InferenceData.
 
     Parameters
     ----------

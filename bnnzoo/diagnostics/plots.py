@@ -1,5 +1,6 @@
 """Figures of a run: trace, rank, energy, acceptance and step size, predictive band; and of
-the acceptance experiments of :mod:`bnnzoo.diagnostics.acceptance`.
+the acceptance studies of :mod:`bnnzoo.experiments.acceptance`, with the theory of
+:mod:`bnnzoo.diagnostics.theory`.
 
 Every function returns the ``matplotlib`` Figure and, given ``path``, saves it
 there. Without a display (no ``MPLBACKEND`` set, pyplot not yet imported) the
@@ -24,6 +25,7 @@ import torch  # noqa: E402
 import xarray as xr  # noqa: E402
 
 from .predictive import map_draws  # noqa: E402
+from .theory import theoretical_efficiency, theoretical_optimal_acceptance  # noqa: E402
 
 
 def _save(fig, path) -> None:
@@ -218,7 +220,7 @@ def _groups(table, by: str | None):
 def plot_acceptance_sweep(table, by: str | None = None, path=None):
     """Acceptance (± one standard error) against the number of leapfrog steps, one
     line per step size, one panel per value of column ``by`` (e.g. ``"activation"``):
-    paper 003's Fig. 1, from :func:`~bnnzoo.diagnostics.acceptance.acceptance_sweep`."""
+    paper 003's Fig. 1, from :func:`~bnnzoo.experiments.acceptance.acceptance_sweep`."""
     groups = _groups(table, by)
     fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.4), sharey=True, squeeze=False)
     for ax, (label, rows) in zip(axes[0], groups):
@@ -242,11 +244,9 @@ def plot_efficiency(curves, theory: bool = True, path=None):
     Fig. 2); with ``theory``, a second panel of the theoretical curves (scaled to
     peak 1) for smooth and piecewise-affine targets.
 
-    ``curves``: one :class:`~bnnzoo.diagnostics.acceptance.EfficiencyCurve` or a
+    ``curves``: one :class:`~bnnzoo.experiments.acceptance.EfficiencyCurve` or a
     mapping label -> curve.
     """
-    from .acceptance import theoretical_efficiency, theoretical_optimal_acceptance
-
     if not isinstance(curves, dict):
         curves = {"": curves}
     fig, axes = plt.subplots(1, 2 if theory else 1, figsize=(10 if theory else 5.5, 3.6), squeeze=False)
@@ -281,7 +281,7 @@ def plot_efficiency(curves, theory: bool = True, path=None):
 def plot_acceptance_vs_size(table, by: str | None = None, path=None):
     """Acceptance (± one standard error) against the number of parameters, one panel
     for growing width and one for growing depth, one line per value of column
-    ``by`` (paper 003, Fig. 3), from :func:`~bnnzoo.diagnostics.acceptance.size_sweep`."""
+    ``by`` (paper 003, Fig. 3), from :func:`~bnnzoo.experiments.acceptance.size_sweep`."""
     architectures = [a for a in ("width", "depth") if (table["architecture"] == a).any()]
     if not architectures:
         raise ValueError("plot_acceptance_vs_size: the table has no 'width' or 'depth' rows")

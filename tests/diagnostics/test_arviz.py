@@ -1,5 +1,3 @@
-import subprocess
-import sys
 
 import arviz as az
 import numpy as np
@@ -218,10 +216,3 @@ def test_site_dims():
     assert site_dims("layers.0.weight.local_scale", (2, 1, 3, 3), cnn)[0] == "layers.0.weight.local_scale_out"
     assert site_dims("noise_var", (), cnn) == []
     assert site_dims("theta", (4, 2)) == ["theta_dim_0", "theta_dim_1"]
-
-
-def test_diagnostics_imports_no_inference_module():
-    code = ("import sys, bnnzoo.diagnostics; "
-            "bad = [m for m in sys.modules if m.startswith('bnnzoo.inference')]; "
-            "assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], check=True)

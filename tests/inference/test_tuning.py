@@ -79,7 +79,7 @@ def test_runs_record_the_value_used(engine, activation, expected):
 
 
 def test_rule_values_are_the_efficiency_optima():
-    from bnnzoo.diagnostics.acceptance import theoretical_optimal_acceptance
+    from bnnzoo.diagnostics.theory import theoretical_optimal_acceptance
 
     assert TARGETS["fixed_length", True] == pytest.approx(theoretical_optimal_acceptance(True), abs=1e-3)
     assert TARGETS["fixed_length", False] == pytest.approx(theoretical_optimal_acceptance(False), abs=5e-3)

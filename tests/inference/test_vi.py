@@ -17,7 +17,7 @@ from bnnzoo.inference.vi import (MeanFieldGuide, elbo_terms, gaussian_kl, initia
 from bnnzoo.models import (BNN, BNNSpec, Categorical, Dense, Gaussian, GaussianLikelihood, Horseshoe, Laplace,
                            SpikeAndSlab)
 from bnnzoo.models.spec import Conv2d
-from bnnzoo.workbench import compare
+from bnnzoo.experiments import compare
 from tests.support.targets import linear_regression
 
 DT = torch.float64

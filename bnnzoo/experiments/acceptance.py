@@ -2,7 +2,7 @@ r"""Acceptance of leapfrog HMC by step size, trajectory and network size (paper 
 
 Leapfrog's energy error is :math:`O(\epsilon^3)` per step on a smooth potential and
 :math:`O(\epsilon)` at each kink of a ReLU network, so a ReLU network loses
-acceptance where a sigmoid network of the same size keeps it. These functions
+acceptance where a sigmoid network of the same size keeps it. These studies
 make that visible for any model:
 
 * :func:`acceptance_sweep`: mean acceptance (with its standard error over
@@ -13,17 +13,15 @@ make that visible for any model:
   = a(\epsilon)\,\epsilon / T`) against the acceptance, and the empirically
   optimal acceptance (paper 003, Fig. 2);
 * :func:`size_sweep`: acceptance against the number of parameters as the
-  network grows in width and in depth (paper 003, Fig. 3);
-* :func:`theoretical_efficiency`: the efficiency the theory predicts for
-  i.i.d. smooth (Beskos et al. 2013) or piecewise-affine (paper 003,
-  Prop. 3.5) targets.
+  network grows in width and in depth (paper 003, Fig. 3).
 
-Unlike the rest of :mod:`bnnzoo.diagnostics`, which only reads finished runs,
-the sweeps are experiments: every cell runs the ``fixed_hmc`` engine
-(:class:`~bnnzoo.inference.FixedStepHMC`: fixed step size and steps, no
-adaptation, all chains as one batch). They import :mod:`bnnzoo.inference`
-inside the functions, never when this module is imported, so the one-way
-flow models -> inference -> diagnostics holds at import time. Figures:
+Every cell runs the ``fixed_hmc`` engine (:class:`~bnnzoo.inference.FixedStepHMC`:
+fixed step size and steps, no adaptation, all chains as one batch). What the
+theory predicts, and the optimum of a finished curve, are computed from numbers
+alone in :mod:`bnnzoo.diagnostics.theory`
+(:func:`~bnnzoo.diagnostics.theory.theoretical_efficiency`,
+:func:`~bnnzoo.diagnostics.theory.theoretical_optimal_acceptance`,
+:func:`~bnnzoo.diagnostics.theory.optimal_acceptance`). Figures:
 :func:`~bnnzoo.diagnostics.plots.plot_acceptance_sweep`,
 :func:`~bnnzoo.diagnostics.plots.plot_efficiency` and
 :func:`~bnnzoo.diagnostics.plots.plot_acceptance_vs_size`.
@@ -38,13 +36,13 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 
+from ..diagnostics.theory import optimal_acceptance
+from ..inference import run
 from ..models import BNN, zoo
 from ..models.spec import BNNSpec, Dense, spec_from
 
-__all__ = ["EfficiencyCurve", "acceptance_sweep", "efficiency_curve", "optimal_acceptance", "size_sweep",
-           "theoretical_efficiency", "theoretical_optimal_acceptance"]
+__all__ = ["SWEEP_COLUMNS", "EfficiencyCurve", "acceptance_sweep", "efficiency_curve", "size_sweep"]
 
 #: columns of the table of :func:`acceptance_sweep`
 SWEEP_COLUMNS = ("step_size", "num_steps", "travel_time", "acceptance", "acceptance_se", "divergences",
@@ -94,8 +92,6 @@ def _run_cell(model, data, step_size: float, num_steps: int, num_samples: int, w
               num_chains: int, seed: int) -> dict:
     """One ``fixed_hmc`` run; its acceptance (mean over chains of each chain's mean
     acceptance probability after burn-in, and the standard error over chains)."""
-    from ..inference import run  # an experiment: runs a sampler (see the module docstring)
-
     result = run(model, data, engine="fixed_hmc", step_size=step_size, num_steps=num_steps,
                  num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains, seed=seed)
     accept = np.asarray(result.sample_stats["acceptance_rate"], dtype=float)  # [chain, draw]
@@ -169,7 +165,8 @@ class EfficiencyCurve:
         leapfrog step, :math:`a/L`) and ``efficiency_se``, by step size.
     travel_time : float
     optimal_acceptance : float
-        The acceptance of the most efficient step size (:func:`optimal_acceptance`).
+        The acceptance of the most efficient step size
+        (:func:`~bnnzoo.diagnostics.theory.optimal_acceptance`).
     at_edge : bool
         True when that is the highest or lowest acceptance of the grid: the
         optimum may lie outside it.
@@ -179,17 +176,6 @@ class EfficiencyCurve:
     travel_time: float
     optimal_acceptance: float
     at_edge: bool
-
-
-def optimal_acceptance(acceptance: Sequence[float], efficiency: Sequence[float]) -> tuple[float, bool]:
-    """The acceptance of the grid point with the highest efficiency, and whether that
-    point is the first or last by acceptance (then the optimum may lie beyond the
-    grid). No interpolation: near leapfrog's stability limit the acceptance falls
-    from ~1 to 0 between two step sizes, and a fitted curve would invent values
-    inside the gap."""
-    a, e = np.asarray(acceptance, dtype=float), np.asarray(efficiency, dtype=float)
-    best = int(np.nanargmax(e))
-    return float(a[best]), bool(a[best] in (np.nanmin(a), np.nanmax(a)))
 
 
 def efficiency_curve(model_or_spec, data, travel_time: float, step_sizes: Sequence[float],
@@ -228,36 +214,6 @@ def efficiency_curve(model_or_spec, data, travel_time: float, step_sizes: Sequen
     table["efficiency_se"] = table["acceptance_se"] / table["num_steps"]
     best, at_edge = optimal_acceptance(table["acceptance"], table["efficiency"])
     return EfficiencyCurve(table, float(travel_time), best, at_edge)
-
-
-def _raw_efficiency(acceptance: np.ndarray, smooth: bool) -> np.ndarray:
-    r""":math:`a\sqrt{z}` (smooth) or :math:`a z` (piecewise affine), :math:`z = \Phi^{-1}(1 - a/2)`."""
-    z = torch.special.ndtri(torch.as_tensor(1 - acceptance / 2, dtype=torch.float64)).numpy()
-    return acceptance * (np.sqrt(z) if smooth else z)
-
-
-_ACCEPTANCE_GRID = np.linspace(1e-5, 1 - 1e-5, 99_999)
-
-
-def theoretical_efficiency(acceptance, smooth: bool = True) -> np.ndarray:
-    r"""Efficiency of HMC at acceptance :math:`a` for i.i.d. targets in high dimension,
-    up to a constant (scaled to a maximum of 1):
-
-    * smooth (Beskos et al. 2013): :math:`a(l) = 2\Phi(-c\,l^2)` with
-      :math:`\epsilon = l d^{-1/4}`, so :math:`\mathrm{eff} \propto a\,l \propto a\sqrt{\Phi^{-1}(1 - a/2)}`;
-    * piecewise affine (paper 003, Prop. 3.5): :math:`a(l) = 2\Phi(-c\,l)` with
-      :math:`\epsilon = l d^{-1/2}`, so :math:`\mathrm{eff} \propto a\,\Phi^{-1}(1 - a/2)`.
-    """
-    a = np.asarray(acceptance, dtype=float)
-    if np.any((a <= 0) | (a >= 1)):
-        raise ValueError("acceptance: every value must be strictly between 0 and 1")
-    return _raw_efficiency(a, smooth) / _raw_efficiency(_ACCEPTANCE_GRID, smooth).max()
-
-
-def theoretical_optimal_acceptance(smooth: bool = True) -> float:
-    """The maximiser of :func:`theoretical_efficiency` (0.651 smooth, 0.452 piecewise
-    affine), on a grid of step 1e-5."""
-    return float(_ACCEPTANCE_GRID[np.argmax(_raw_efficiency(_ACCEPTANCE_GRID, smooth))])
 
 
 # ------------------------------------------------------------------- size

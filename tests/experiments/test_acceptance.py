@@ -1,27 +1,15 @@
 """Acceptance sweeps of fixed-step HMC (paper 003): exact on a Gaussian posterior, ReLU below
-sigmoid, efficiency curves, size sweeps, their figures, and bad input refused before sampling."""
+sigmoid, efficiency curves, size sweeps, and bad input refused before sampling."""
 
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
-from matplotlib.figure import Figure
 from tests.support.targets import leapfrog_gaussian_acceptance, linear_regression
 
 from bnnzoo.data import load
-from bnnzoo.diagnostics import (
-    EfficiencyCurve,
-    acceptance_sweep,
-    efficiency_curve,
-    plot_acceptance_sweep,
-    plot_acceptance_vs_size,
-    plot_efficiency,
-    size_sweep,
-    theoretical_efficiency,
-    theoretical_optimal_acceptance,
-)
-from bnnzoo.diagnostics.acceptance import SWEEP_COLUMNS, optimal_acceptance
+from bnnzoo.experiments import EfficiencyCurve, acceptance_sweep, efficiency_curve, size_sweep
+from bnnzoo.experiments.acceptance import SWEEP_COLUMNS
 from bnnzoo.models import zoo
 
 
@@ -77,22 +65,6 @@ def test_efficiency_curve(cosine100):
     assert curve.optimal_acceptance == table.acceptance[best]
 
 
-def test_optimal_acceptance_is_the_best_grid_point():
-    assert optimal_acceptance([0.99, 0.9, 0.6, 0.1], [1.0, 3.0, 2.0, 0.5]) == (0.9, False)
-    assert optimal_acceptance([0.99, 0.9, 0.0], [1.0, 3.0, 0.0]) == (0.9, False)
-    assert optimal_acceptance([0.99, 0.9], [5.0, 3.0]) == (0.99, True)
-
-
-def test_theory():
-    assert theoretical_optimal_acceptance(True) == pytest.approx(0.651, abs=1e-3)
-    assert theoretical_optimal_acceptance(False) == pytest.approx(0.452, abs=1e-3)
-    a = np.array([0.2, theoretical_optimal_acceptance(False), 0.9])
-    eff = theoretical_efficiency(a, smooth=False)
-    assert eff[1] == pytest.approx(1.0) and eff[0] < 1 and eff[2] < 1
-    with pytest.raises(ValueError, match="strictly between 0 and 1"):
-        theoretical_efficiency([0.5, 1.0])
-
-
 def test_size_sweep(cosine100):
     table = size_sweep(zoo.cosine_mlp(hidden=50, activation="relu"), cosine100, step_size=1e-3, num_steps=5,
                        widths=[3, 6], depths=[1, 2], depth_width=4, num_samples=3, warmup_steps=0, num_chains=2)
@@ -124,33 +96,3 @@ def test_bad_input_is_refused_before_sampling(call, match):
     # data=None would fail inside the first run: the argument check must come first
     with pytest.raises(ValueError, match=match):
         call()
-
-
-def _sweep_table():
-    rows = [{"activation": act, "step_size": eps, "num_steps": n, "acceptance": acc, "acceptance_se": 0.01}
-            for act, base in (("sigmoid", 0.95), ("relu", 0.6)) for eps in (0.001, 0.002) for n, acc in
-            ((200, base), (400, base - eps * 50))]
-    return pd.DataFrame(rows)
-
-
-@pytest.mark.usefixtures("close_figures")
-def test_plots(tmp_path):
-    fig = plot_acceptance_sweep(_sweep_table(), by="activation", path=tmp_path / "sweep.png")
-    assert isinstance(fig, Figure) and (tmp_path / "sweep.png").stat().st_size > 1000
-    assert [ax.get_title() for ax in fig.axes] == ["sigmoid", "relu"]
-    with pytest.raises(ValueError, match="by='width': no such column"):
-        plot_acceptance_sweep(_sweep_table(), by="width")
-
-    table = pd.DataFrame({"acceptance": [0.99, 0.8, 0.3], "acceptance_se": [0.01] * 3,
-                          "efficiency": [0.01, 0.02, 0.015], "efficiency_se": [0.001] * 3})
-    curves = {"sigmoid": EfficiencyCurve(table, 0.5, 0.8, False), "relu": EfficiencyCurve(table, 0.5, 0.8, False)}
-    fig = plot_efficiency(curves, path=tmp_path / "eff.png")
-    assert len(fig.axes) == 2 and (tmp_path / "eff.png").exists()
-    assert "0.651" in fig.axes[1].get_legend().get_texts()[0].get_text()
-    assert len(plot_efficiency(curves["relu"], theory=False).axes) == 1
-
-    size = pd.DataFrame({"architecture": ["width", "width", "depth", "depth"], "activation": ["relu"] * 4,
-                         "num_params": [31, 151, 61, 481], "acceptance": [0.9, 0.7, 0.8, 0.6],
-                         "acceptance_se": [0.01] * 4})
-    fig = plot_acceptance_vs_size(size, by="activation", path=tmp_path / "size.png")
-    assert [ax.get_title() for ax in fig.axes] == ["growing width", "growing depth"]

@@ -1,6 +1,6 @@
-"""The workbench: several engines on one model and data set, one comparison table.
+"""Several engines on one model and data set, one comparison table.
 
->>> from bnnzoo.workbench import compare, format_table
+>>> from bnnzoo.experiments import compare, format_table
 >>> table, runs = compare("cosine_mlp", "cosine", engines=("nuts", {"kind": "svi", "num_steps": 500}))
 >>> print(format_table(table))
 
@@ -18,9 +18,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .diagnostics.predictive import predictive_metrics
-from .diagnostics.summary import mixing
-from .inference import Run, run
+from ..diagnostics.predictive import predictive_metrics
+from ..diagnostics.summary import mixing
+from ..inference import run
+from ..results import Run
 
 COMMON = ("num_samples", "warmup_steps", "num_chains", "seed")
 
@@ -104,7 +105,7 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
         space, the headline mixing), ``ess_per_s`` (min of ``ess_lp`` and ``ess_f_min``
         per second of wall time), ``rhat_w_max``, ``ess_w_min`` (weight space).
     runs : dict
-        Label -> :class:`~bnnzoo.inference.Run`.
+        Label -> :class:`~bnnzoo.results.Run`.
     """
     items = _engine_items(engines)
     common = {"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": num_chains, "seed": seed}
@@ -122,7 +123,7 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
     return table[COLUMNS[task]], runs
 
 
-# ------------------------------------------------------------------ report
+# ------------------------------------------------------------------ table
 _DECIMALS = {"wall_time_s": 2, "rmse": 4, "nll": 4, "accuracy": 4, "ece": 4, "acceptance": 3,
              "rhat_lp": 3, "rhat_f_max": 3, "rhat_w_max": 3, "ess_per_s": 2}
 _INTEGERS = ("chains", "draws", "divergences", "ess_lp", "ess_f_min", "ess_w_min")

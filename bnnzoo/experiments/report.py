@@ -15,8 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .diagnostics import plots, to_inference_data  # noqa: E402
-from .workbench import format_table  # noqa: E402
+from ..diagnostics import plots, to_inference_data  # noqa: E402
+from .compare import format_table  # noqa: E402
 
 READING_GUIDE = """\
 ## How to read this report
