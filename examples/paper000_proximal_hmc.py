@@ -5,7 +5,7 @@ MH, NUTS, and MAP training with an L1 penalty under Adam and SGD.
 The paper trains a small CNN with an L1 / Laplace prior by non-smooth HMC and
 compares it with random-walk MH, Adam and SGD (test accuracy, test loss,
 computing time, train/test curves). Its public code is not a valid MCMC
-(ALGORITHMS.md, section 1); this script runs bnnzoo's exact
+(``docs/algorithms.md``, "Proximal HMC"); this script runs bnnzoo's exact
 :class:`~bnnzoo.inference.ProximalHMC` instead, on scikit-learn's 8x8 digits
 and a CNN in the spirit of the paper's (conv, pool, conv, pool, dense; the zoo's
 ``laplace_cnn``), with a Laplace prior on every weight and bias and a softmax

@@ -1,7 +1,7 @@
 """Paper 004: group spike-and-slab SGHMC with MCMC-within-EM and one-shot pruning.
 
-"On the optimization and pruning for Bayesian deep learning" (the excerpt in
-``papers/``; ``ALGORITHMS.md`` section 5). Two synthetic problems with 1000
+"On the optimization and pruning for Bayesian deep learning" (``docs/algorithms.md``,
+"Group spike-and-slab SGHMC"). Two synthetic problems with 1000
 correlated inputs (``x_j = (z_0 + z_j)/sqrt(2)``), of which only the first few matter:
 
 1. **Regression** (``group_sparse_regression``): ``y = tanh(2 tanh(2 x1 - x2)) +
@@ -20,7 +20,7 @@ the ensemble mean, sparsity of the first layer, and which inputs survive: for
 weight of inclusion probability > 0.5; for SGHMC (no selection of its own) the
 columns whose mean ``w^2`` is at least the hard threshold 1e-3.
 
-The excerpt gives no table; the reference is the paper's claim (ALGORITHMS.md) that
+The excerpt gives no table; the reference is the paper's claim (``docs/algorithms.md``) that
 the network keeps exactly the relevant inputs and prunes the rest.
 
 Default size: 10240 training points, 600 epochs of minibatches of 1024 (about five

@@ -1,7 +1,7 @@
 """Hamiltonian integrators as small pure functions on ``[C, D]`` tensors.
 
 Written once for every kernel that simulates Hamiltonian dynamics
-(:class:`~bnnzoo.inference.chees.ChEESHMC`, proximal HMC, the paper-003 sweeps).
+(:class:`~bnnzoo.inference.kernels.hmc.FixedStepHMC` and the kernels built on it, the paper-003 sweeps).
 The Hamiltonian is :math:`H(\\theta, p) = U(\\theta) + \\tfrac12 p^\\top M^{-1} p`
 with a diagonal mass matrix given by its inverse ``inv_mass`` (the estimated
 posterior variances): ``[D]`` shared by all chains or ``[C, D]`` per chain.

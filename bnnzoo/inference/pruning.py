@@ -13,7 +13,7 @@ layer of ``n`` weights has ``round(s_k n)`` zeros at iteration k (rounded, so
 that the target ``round(S n)`` is reached: ``s_k`` only tends to S). Each chain
 has its own mask.
 
-Usable from every SG-MCMC kernel: ``SGLD(model, pruning=MagnitudePruning(0.9))``,
+Usable from every SG-MCMC kernel: ``SGLD(model, prune=0.9)``,
 or ``run(..., engine="sgld", prune=0.9)``.
 
 References

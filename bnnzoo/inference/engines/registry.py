@@ -91,13 +91,13 @@ class Engine:
             raise ValueError(f"engine {self.name!r}: unknown option(s) {', '.join(unknown)}{hint}; "
                              f"valid options: {', '.join(self.options()) or '(none)'}")
         driver = {k: options.get(k, DRIVER_OPTIONS[k][0]) for k in self.driver}
-        for k, value in driver.items():
-            DRIVER_OPTIONS[k][2](k, value)
         own = {k: v for k, v in options.items() if k not in self.driver}
         vectorized = driver.get("chain_method", "vectorized") == "vectorized"
         has_chains = any(f.name == "num_chains" for f in fields(self.options_cls))
         chains = {"num_chains": num_chains if vectorized else 1} if has_chains else {}
         try:
+            for k, value in driver.items():
+                DRIVER_OPTIONS[k][2](k, value)
             self.options_cls(**own, **chains)
         except (TypeError, ValueError) as err:
             raise ValueError(f"engine {self.name!r}: {err}") from None

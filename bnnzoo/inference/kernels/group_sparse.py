@@ -170,7 +170,7 @@ def fan_in_radius(potential) -> Tensor:
 
 # ------------------------------------------------------------ the kernel
 class GroupSparseSGHMC(SGMCMCKernel):
-    """Paper 004's SGHMC with group spike-and-slab EM and one-shot group pruning
+    r"""Paper 004's SGHMC with group spike-and-slab EM and one-shot group pruning
     (module docstring), as a Pyro ``MCMCKernel`` on vectorized chains.
 
     Options: :class:`GroupSparseSGHMCOptions` (the update's and the E-step's

@@ -260,7 +260,7 @@ class ProximalHMC(AdaptiveHMC):
 
     # ---------------------------------------------------------- sampling
     def step_sizes(self, theta: Tensor) -> Tensor:
-        """Per-chain step sizes ``[C, 1]``: :math:`\epsilon (1 + j u_c)`, :math:`u_c \sim U(-1, 1)`."""
+        r"""Per-chain step sizes ``[C, 1]``: :math:`\epsilon (1 + j u_c)`, :math:`u_c \sim U(-1, 1)`."""
         u = torch.rand(theta.shape[0], 1, dtype=theta.dtype) * 2 - 1
         return self.step_size * (1 + self.options.step_jitter * u)
 

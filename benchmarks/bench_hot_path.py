@@ -1,0 +1,123 @@
+"""The leapfrog hot path of this checkout against another commit, measured in one run.
+
+A change that moves code around must not slow the sampler down. This script
+checks out ``--against REV`` (default ``HEAD~1``) into a temporary git worktree
+and times, in alternating subprocesses (one tree, then the other, ``--rounds``
+times, so both see the same machine load), on the cosine MLP with 8 chains and
+one intra-op thread:
+
+* ``value_and_grad``: one batched potential value and gradient;
+* ``leapfrog_step``: one leapfrog step of the potential;
+* ``fixed_hmc transition``: one transition of the fixed-step HMC kernel
+  (20 leapfrog steps, the Metropolis test, statistics), per leapfrog step;
+* ``chees run``: ``run(engine="chees")`` with 8 chains, 100 + 100 iterations,
+  wall time per leapfrog step (the kernel's overhead included).
+
+Reports the median over rounds of each tree and their ratio. Usage:
+``python benchmarks/bench_hot_path.py [--against REV] [--rounds 5]``; writes
+``benchmarks/results/hot_path.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, markdown_table, write_results  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Runs inside one tree: only API that every version since results.py (typed Run fields) has.
+PROBE = r"""
+import json, sys, time
+import numpy as np, pyro, torch
+torch.set_num_threads(1)
+from bnnzoo.data import load
+from bnnzoo.inference import FixedStepHMC, run
+from bnnzoo.inference.potential import BNNPotential, initial_theta
+from bnnzoo.models import BNN, zoo
+
+def per_call(fn, n):
+    fn(); fn()
+    best = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best.append((time.perf_counter() - start) / n)
+    return float(np.median(best))
+
+data = load("cosine", seed=0)
+model = BNN(zoo.cosine_mlp())
+potential = BNNPotential(model, data.x_train, data.y_train)
+pyro.set_rng_seed(0)
+theta = initial_theta(potential, 8)
+value, grad = potential.value_and_grad(theta)
+p, inv_mass = torch.randn_like(theta), torch.ones(theta.shape[-1])
+out = {"value_and_grad": per_call(lambda: potential.value_and_grad(theta), 200),
+       "leapfrog_step": per_call(lambda: potential.leapfrog_step(theta, p, grad, 1e-3, inv_mass), 200)}
+kernel = FixedStepHMC(potential=potential, step_size=1e-3, num_steps=20, num_chains=8)
+kernel.setup(0)
+params = kernel.unflatten(theta)
+out["fixed_hmc transition"] = per_call(lambda: kernel.sample(params), 10) / 20
+start = time.perf_counter()
+r = run(model, data, engine="chees", num_samples=100, warmup_steps=100, num_chains=8, seed=0)
+wall = time.perf_counter() - start
+steps = float(r.sample_stats["n_steps"][0].sum()) + float(r.warmup_sample_stats["n_steps"][0].sum())
+out["chees run"] = wall / steps
+out["chees leapfrog steps"] = steps
+print(json.dumps(out))
+"""
+
+METRICS = ("value_and_grad", "leapfrog_step", "fixed_hmc transition", "chees run")
+
+
+def probe(tree: Path) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=tree, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    if done.returncode:
+        raise RuntimeError(f"probe failed in {tree}:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", default="HEAD~1", help="the commit to compare with (default HEAD~1)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating measurements of each tree")
+    args = parser.parse_args(argv)
+    rev = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        old = Path(tmp) / "old"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), rev], cwd=ROOT, check=True)
+        try:
+            runs = {"old": [], "new": []}
+            for i in range(args.rounds):
+                order = ("old", "new") if i % 2 == 0 else ("new", "old")
+                for name in order:
+                    runs[name].append(probe(old if name == "old" else ROOT))
+                    print(f"round {i + 1}/{args.rounds} {name}: {runs[name][-1]}", flush=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
+    rows = []
+    for metric in METRICS:
+        old_us = statistics.median(r[metric] for r in runs["old"]) * 1e6
+        new_us = statistics.median(r[metric] for r in runs["new"]) * 1e6
+        ratios = [n[metric] / o[metric] for o, n in zip(runs["old"], runs["new"])]
+        rows.append({"metric": metric + " (us)", f"old {rev}": old_us, "new": new_us,
+                     "median new/old": statistics.median(ratios)})
+    table = markdown_table(rows, ["metric", f"old {rev}", "new", "median new/old"])
+    payload = {"machine": machine(), "against": rev, "rounds": args.rounds, "runs": runs, "rows": rows,
+               "settings": {"threads": 1, "chains": 8, "model": "cosine_mlp"}}
+    write_results("hot_path", payload, table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
