@@ -14,8 +14,10 @@ from .group_sparse import GroupSparseSGHMC, GroupSparseSGHMCOptimizer  # registe
 from .proximal_hmc import ProximalHMC  # registers the "proximal_hmc" engine
 from .fixed_hmc import FixedStepHMC  # registers the "fixed_hmc" engine
 from .tuning import TargetAccept, recommend_target_accept
-from .optim import AdaBound, AMSBound, PyroAdaBound, PyroAMSBound
-from .vi import MeanFieldGuide, VIFit, VIOptions, fit_mean_field, kl_weights
+from .vi.optim import AdaBound, AMSBound, PyroAdaBound, PyroAMSBound
+from .vi.fit import MeanFieldGuide, VIFit, fit_mean_field
+from .vi.elbo import kl_weights
+from .vi.options import VIOptions
 
 __all__ = [
     "BNNPotential", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FixedStepHMC", "FlatKernel",
