@@ -17,7 +17,8 @@ import math
 import numbers
 from typing import Any, Callable, Iterable
 
-__all__ = ["fraction", "in_interval", "integer", "is_real", "one_of", "positive", "value_error"]
+__all__ = ["boolean", "count", "finite", "fraction", "in_interval", "integer", "is_real", "one_of", "positive",
+           "probability", "value_error"]
 
 ErrorFactory = Callable[[str, str], Exception]
 
@@ -44,6 +45,34 @@ def integer(field: str, value: Any, minimum: int = 1, error: ErrorFactory = valu
         raise error(field, f"must be an integer >= {minimum}, got {value!r}")
 
 
+def count(field: str, value: Any, minimum: int = 1, error: ErrorFactory = value_error, *, got: str = ", got") -> None:
+    """An integer (numpy's included, never a bool) >= ``minimum``, worded as a count:
+    "must be a positive integer" (``minimum=1``), "must be a non-negative integer"
+    (``minimum=0``), else "must be an integer >= minimum". ``got`` joins the value
+    (the data layer writes ``"; got"``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        what = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
+        raise error(field, f"must be {what}{got} {value!r}")
+
+
+def finite(field: str, value: Any, error: ErrorFactory = value_error) -> None:
+    """A finite real number (see :func:`is_real`)."""
+    if not is_real(value):
+        raise error(field, f"must be a finite number, got {value!r}")
+
+
+def boolean(field: str, value: Any, error: ErrorFactory = value_error) -> None:
+    """``True`` or ``False`` (not 0, 1 or a numpy bool)."""
+    if not isinstance(value, bool):
+        raise error(field, f"must be True or False, got {value!r}")
+
+
+def probability(field: str, value: Any, error: ErrorFactory = value_error) -> None:
+    """A probability strictly between 0 and 1 (as :func:`fraction`, worded as a probability)."""
+    if not (is_real(value) and 0 < value < 1):
+        raise error(field, f"must be a probability strictly between 0 and 1, got {value!r}")
+
+
 def fraction(field: str, value: Any, error: ErrorFactory = value_error) -> None:
     """A number strictly between 0 and 1."""
     if not (is_real(value) and 0 < value < 1):
@@ -51,14 +80,15 @@ def fraction(field: str, value: Any, error: ErrorFactory = value_error) -> None:
 
 
 def in_interval(field: str, value: Any, low: float = 0.0, high: float = math.inf, low_open: bool = False,
-                high_open: bool = True, error: ErrorFactory = value_error) -> None:
-    """A finite number in the interval from ``low`` to ``high`` (each end open or closed)."""
+                high_open: bool = True, error: ErrorFactory = value_error, *, got: str = ", got") -> None:
+    """A finite number in the interval from ``low`` to ``high`` (each end open or closed);
+    ``got`` joins the value (the data layer writes ``"; got"``)."""
     ok = is_real(value)
     if ok:
         ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
     if not ok:
         lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
-        raise error(field, f"must be in {lo}{low}, {high}{hi}, got {value!r}")
+        raise error(field, f"must be in {lo}{low}, {high}{hi}{got} {value!r}")
 
 
 def one_of(field: str, value: Any, choices: Iterable, error: ErrorFactory = value_error) -> None:

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..validation import count
+
 TASKS = ("regression", "classification")
 
 
@@ -72,10 +74,8 @@ def check_data(
 
 
 def _check_count(where: str, field: str, value: int | None) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{where}{field} must be a positive integer; got {value!r}")
+    if value is not None:
+        count(field, value, error=lambda f, detail: ValueError(f"{where}{f} {detail}"), got="; got")
 
 
 def _as_tensor(a: Any, field: str, where: str) -> Tensor:

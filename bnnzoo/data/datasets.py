@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..validation import count, in_interval
 from .checks import TASKS, check_data
 
 Loader = Callable[..., "Dataset"]
@@ -143,30 +144,25 @@ def load(name: str, seed: int = 0, **kw: Any) -> Dataset:
 
 
 def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
+    count("seed", seed, minimum=0, got="; got")
     return int(seed)
 
 
+def _error(dataset: str) -> Callable[[str, str], ValueError]:
+    """The error factory of a data set's options: ``"dataset '<name>': <field> <detail>"``."""
+    return lambda field, detail: ValueError(f"dataset {dataset!r}: {field} {detail}")
+
+
 def _positive_int(dataset: str, key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"dataset {dataset!r}: {key} must be a positive integer; got {value!r}")
+    count(key, value, error=_error(dataset), got="; got")
     return int(value)
 
 
 def _real(dataset: str, key: str, value: Any, low: float, high: float, closed: str) -> float:
     """Check ``value`` is a real in the interval; ``closed`` in {"both", "left", "neither"}."""
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    v = float(value) if ok else math.nan
-    lo_ok = v >= low if closed in ("both", "left") else v > low
-    hi_ok = v <= high if closed == "both" else v < high
-    if not (lo_ok and hi_ok):
-        left = "[" if closed in ("both", "left") else "("
-        right = "]" if closed == "both" else ")"
-        raise ValueError(
-            f"dataset {dataset!r}: {key} must be in {left}{low}, {high}{right}; got {value!r}"
-        )
-    return v
+    in_interval(key, value, low, high, low_open=closed == "neither", high_open=closed != "both",
+                error=_error(dataset), got="; got")
+    return float(value)
 
 
 def _as_float(a: np.ndarray) -> Tensor:

@@ -16,10 +16,9 @@ from .kernels import (
     HMC, NUTS, SGHMC, SGHMCSA, SGLD, SGLDSA, ChEESHMC, FixedStepHMC, FlatKernel, GroupSparseSGHMC, ProximalHMC,
     RandomWalkMH,
 )
-from .optim import AdaBound, AMSBound, PyroAdaBound, PyroAMSBound
 from .potential import BNNPotential, FlatPotential, PyroPotential, make_potential
 from .tuning import TargetAccept, recommend_target_accept
-from .vi import MeanFieldGuide, VIFit, VIOptions, fit_mean_field, kl_weights
+from .vi import AdaBound, AMSBound, MeanFieldGuide, PyroAdaBound, PyroAMSBound, VIFit, VIOptions, fit_mean_field, kl_weights
 
 __all__ = [
     "BNNPotential", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FixedStepHMC", "FlatKernel",

@@ -37,7 +37,7 @@ import torch
 from .. import validation
 from ..models.priors import group_dims
 from .options import Options, integer, option, optional, positive
-from .optim import closure_loss
+from .vi.optim import closure_loss
 
 __all__ = ["GroupSparseOptions", "GroupSparseSGHMCOptimizer", "e_step", "em_due", "group_sparse_sghmc_update"]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ..validation import positive, probability
+
 
 class SpecError(ValueError):
     """A model specification that cannot be built.
@@ -31,16 +33,12 @@ def choose(field: str, value: Any, choices: Iterable[str], what: str = "value") 
 
 def check_positive(field: str, value: Any) -> None:
     """Raise a :class:`SpecError` unless ``value`` is a finite number > 0."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not (0 < float(value) < float("inf")):
-        raise SpecError(field, f"must be a positive number, got {value!r}")
+    positive(field, value, error=SpecError)
 
 
 def check_probability(field: str, value: Any) -> None:
     """Raise a :class:`SpecError` unless ``0 < value < 1``."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not (0.0 < float(value) < 1.0):
-        raise SpecError(field, f"must be a probability strictly between 0 and 1, got {value!r}")
+    probability(field, value, error=SpecError)
 
 
 def from_table(d: Any, field: str, registry: dict, what: str):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
+from ..validation import integer
 from .errors import SpecError, check_positive, choose
 from .likelihoods import GaussianLikelihood, Likelihood, likelihood_from_dict
 from .priors import Gaussian, Prior, prior_from_dict
@@ -25,8 +26,7 @@ ACTIVATIONS = ("tanh", "sigmoid", "relu", "leaky_relu", "softplus", "gelu", "lin
 
 
 def _check_int(name: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(name, f"must be an integer >= {minimum}, got {value!r}")
+    integer(name, value, minimum, error=SpecError)
 
 
 def _check_activation(value: Any) -> None:

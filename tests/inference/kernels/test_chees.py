@@ -12,7 +12,6 @@ from pyro.infer import MCMC
 from torch.distributions.transforms import identity_transform
 
 from bnnzoo.inference import ChEESHMC, FlatPotential, run, split_mcmc
-from bnnzoo.inference.adaptation import halton, mass_windows
 from bnnzoo.inference.engines.driver import _available_memory
 from bnnzoo.inference.integrators import kinetic_energy, leapfrog
 from bnnzoo.models import BNN
@@ -97,13 +96,6 @@ def test_leapfrog_is_reversible_and_nearly_conserves_energy():
     torch.testing.assert_close(-p2, p)
 
 
-def test_halton_and_mass_windows():
-    assert [halton(i) for i in range(1, 5)] == [0.5, 0.25, 0.75, 0.125]
-    assert mass_windows(500) == [(75, 100), (100, 150), (150, 250), (250, 450)]
-    assert mass_windows(10) == []
-
-
-# ------------------------------------------------------ known posteriors
 def test_correlated_ill_scaled_gaussian():
     mean, cov = ill_scaled_gaussian()
     kernel, draws = sample(GaussianTarget(mean, cov), num_chains=32, num_samples=250, warmup_steps=300)

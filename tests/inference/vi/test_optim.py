@@ -11,8 +11,8 @@ import torch
 from pyro.infer import SVI, Trace_ELBO
 from pyro.infer.autoguide import AutoNormal
 
-from bnnzoo.inference.optim import (AdaBound, AMSBound, PyroAdaBound, adabound_bounds, make_optimizer,
-                                    optimizer_spec)
+from bnnzoo.inference.vi.optim import (AdaBound, AMSBound, PyroAdaBound, adabound_bounds, make_optimizer,
+                                       optimizer_spec)
 
 DT = torch.float64
 

@@ -41,6 +41,8 @@ from typing import Any, Iterable, Mapping
 import torch
 from pyro.optim import PyroOptim
 
+from ...validation import in_interval
+
 Tensor = torch.Tensor
 
 
@@ -57,16 +59,6 @@ def closure_loss(closure) -> Tensor | None:
         return None
     with torch.enable_grad():
         return closure()
-
-
-def _check(name: str, value, low: float = 0.0, high: float = math.inf, low_open: bool = False,
-           high_open: bool = True) -> None:
-    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-    if not bad:
-        bad = (value <= low if low_open else value < low) or (value >= high if high_open else value > high)
-    if bad:
-        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
-        raise ValueError(f"{name} must be in {lo}{low}, {high}{hi}, got {value!r}")
 
 
 class AdaBound(torch.optim.Optimizer):
@@ -87,15 +79,15 @@ class AdaBound(torch.optim.Optimizer):
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  final_lr: float = 0.1, gamma: float = 1e-3, eps: float = 1e-8, weight_decay: float = 0.0,
                  amsbound: bool = False):
-        _check("lr", lr, low_open=True)
-        _check("final_lr", final_lr, low_open=True)
-        _check("gamma", gamma, low_open=True)
-        _check("eps", eps)
-        _check("weight_decay", weight_decay)
+        in_interval("lr", lr, low_open=True)
+        in_interval("final_lr", final_lr, low_open=True)
+        in_interval("gamma", gamma, low_open=True)
+        in_interval("eps", eps)
+        in_interval("weight_decay", weight_decay)
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-        _check("betas[0]", betas[0], 0.0, 1.0)
-        _check("betas[1]", betas[1], 0.0, 1.0)
+        in_interval("betas[0]", betas[0], 0.0, 1.0)
+        in_interval("betas[1]", betas[1], 0.0, 1.0)
         defaults = dict(lr=lr, betas=tuple(betas), final_lr=final_lr, gamma=gamma, eps=eps,
                         weight_decay=weight_decay, amsbound=bool(amsbound))
         super().__init__(params, defaults)

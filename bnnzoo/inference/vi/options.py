@@ -1,0 +1,117 @@
+"""Every option of a mean-field fit, checked on construction: :class:`VIOptions`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ...validation import boolean, finite, fraction, integer, one_of, positive
+from .elbo import ESTIMATORS, KL_MODES, check_kl_weighting, inverse_softplus
+from .optim import optimizer_spec
+
+SCHEDULES = ("exponential", "plateau", "constant")
+PLATEAU_METRICS = ("split", "elbo")
+INIT_LOCS = ("uniform", "kaiming")
+
+
+@dataclass(frozen=True)
+class VIOptions:
+    """Every option of a mean-field fit, validated on construction (see :mod:`bnnzoo.inference.vi`).
+
+    Parameters
+    ----------
+    num_steps : int
+        Optimisation steps (an epoch is ``ceil(N / batch_size)`` steps).
+    lr, scale_lr : float
+        Learning rates of the means and of the rho's (``scale_lr=None``: ``lr``).
+    optimizer, scale_optimizer : str or dict
+        ``"adam"``, ``"sgd"``, ``"adabound"``... or ``{"kind": "sgd", "momentum": 0.9}``;
+        ``scale_optimizer=None``: the same as ``optimizer``.
+    schedule : {"exponential", "plateau", "constant"}
+        ``exponential``: both rates decay geometrically to ``lr_decay`` times their
+        start over ``num_steps``. ``plateau``: ``ReduceLROnPlateau`` (``plateau_factor``,
+        ``plateau_patience`` epochs) per group, stepped each epoch on the epoch's NLL
+        (means) and KL (scales) (``plateau_metric="split"``) or on the -ELBO (``"elbo"``).
+    batch_size : int, optional
+        Minibatch size; None: full batch.
+    kl_weighting : {"uniform", "blundell", "none"} or float
+        See :func:`kl_weights`.
+    estimator : {"reparam", "stl", "score"}
+    kl : {"auto", "analytic", "mc"}, optional
+        None: ``"mc"`` for ``stl``, ``"auto"`` otherwise.
+    num_particles : int
+        Draws of theta per step.
+    init_scale, init_rho : float
+        Initial guide sd; ``init_rho`` (if given) sets ``sigma = softplus(init_rho)`` instead.
+    init_loc : {"uniform", "kaiming"}
+        Initial means: uniform in ``(-init_radius, init_radius)``, or Kaiming-uniform
+        ``U(+-sqrt(6 / fan_in))`` for layer weights, 0 for biases (BNN only).
+    score_baseline : bool
+        Use a baseline with the score-function estimator.
+    """
+
+    num_steps: int = 2000
+    lr: float = 0.01
+    scale_lr: float | None = None
+    optimizer: Any = "adam"
+    scale_optimizer: Any = None
+    schedule: str = "exponential"
+    lr_decay: float = 0.1
+    plateau_factor: float = 0.1
+    plateau_patience: int = 1
+    plateau_metric: str = "split"
+    batch_size: int | None = None
+    kl_weighting: Any = "uniform"
+    estimator: str = "reparam"
+    kl: str | None = None
+    num_particles: int = 1
+    init_scale: float = 0.05
+    init_rho: float | None = None
+    init_loc: str = "uniform"
+    init_radius: float = 1.0
+    score_baseline: bool = True
+
+    def __post_init__(self):
+        for name in ("lr", "lr_decay", "init_scale", "init_radius"):
+            positive(name, getattr(self, name))
+        if self.scale_lr is not None:
+            positive("scale_lr", self.scale_lr)
+        integer("num_steps", self.num_steps)
+        integer("num_particles", self.num_particles)
+        if self.batch_size is not None:
+            integer("batch_size", self.batch_size)
+        integer("plateau_patience", self.plateau_patience, minimum=0)
+        fraction("plateau_factor", self.plateau_factor)
+        one_of("schedule", self.schedule, SCHEDULES)
+        one_of("plateau_metric", self.plateau_metric, PLATEAU_METRICS)
+        one_of("estimator", self.estimator, ESTIMATORS)
+        one_of("init_loc", self.init_loc, INIT_LOCS)
+        check_kl_weighting(self.kl_weighting)
+        if self.kl is not None:
+            one_of("kl", self.kl, KL_MODES)
+        if self.estimator == "stl" and self.kl == "analytic":
+            raise ValueError("estimator 'stl' acts on the Monte Carlo log q; with kl='analytic' it would equal "
+                             "'reparam': use kl='mc' (the default for stl) or kl='auto'")
+        if self.init_rho is not None:
+            finite("init_rho", self.init_rho)
+        boolean("score_baseline", self.score_baseline)
+        optimizer_spec(self.optimizer, "optimizer")
+        optimizer_spec(self.scale_optimizer if self.scale_optimizer is not None else self.optimizer,
+                       "scale_optimizer")
+
+    @property
+    def kl_mode(self) -> str:
+        """The KL mode in force (resolving ``kl=None``)."""
+        return self.kl or ("mc" if self.estimator == "stl" else "auto")
+
+    @property
+    def initial_scale(self) -> float:
+        return F.softplus(torch.tensor(float(self.init_rho))).item() if self.init_rho is not None else self.init_scale
+
+    @property
+    def initial_rho(self) -> float:
+        return float(self.init_rho) if self.init_rho is not None else inverse_softplus(self.init_scale)
+

@@ -1,0 +1,73 @@
+"""The warm-up components, tested on their own."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bnnzoo.inference.adaptation import (DualAveraging, PooledVariance, ScalarAdam, chees_gradient, find_step_size,
+                                         halton, harmonic_mean_acceptance, mass_windows)
+
+
+def test_dual_averaging_follows_hoffman_and_gelman():
+    eps0, target, accepts = 0.1, 0.65, [0.9, 0.2, float("nan"), 1.3, 0.5, 0.7]
+    da = DualAveraging(eps0, target)
+    mu, h_bar, log_bar = math.log(10 * eps0), 0.0, 0.0
+    for t, a in enumerate(accepts, start=1):
+        a = 0.0 if not math.isfinite(a) else min(max(a, 0.0), 1.0)  # NaN: a rejection; clipped to [0, 1]
+        h_bar = (1 - 1 / (t + 10)) * h_bar + (target - a) / (t + 10)
+        log_eps = mu - math.sqrt(t) / 0.05 * h_bar
+        log_bar = t ** -0.75 * log_eps + (1 - t ** -0.75) * log_bar
+        assert da.update(accepts[t - 1]) == pytest.approx(math.exp(log_eps), rel=1e-12)
+    assert da.final_step_size == pytest.approx(math.exp(log_bar), rel=1e-12)
+    da.restart(0.5)
+    assert da.t == 0 and da.step_size == pytest.approx(0.5) and da.final_step_size == pytest.approx(0.5)
+
+
+def test_pooled_variance_equals_the_variance_of_all_rows():
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randn(4, 3, generator=g) * torch.tensor([1.0, 2.0, 3.0]) for _ in range(5)]
+    pooled = PooledVariance()
+    for b in batches:
+        pooled.update(b)
+    rows = torch.cat(batches).double().numpy()
+    n = rows.shape[0]
+    expected = n / (n + 5) * rows.var(0, ddof=1) + 1e-3 * 5 / (n + 5)
+    np.testing.assert_allclose(pooled.variance().numpy(), expected, rtol=1e-12)
+
+
+def test_find_step_size_stops_where_the_acceptance_crosses_one_half():
+    # acceptance exp(-step) crosses 0.5 at log 2 = 0.69: from 0.01, doubling stops at 0.64 -> 1.28
+    assert find_step_size(0.01, lambda eps: math.exp(-eps)) == pytest.approx(1.28)
+    assert find_step_size(10.0, lambda eps: math.exp(-eps)) == pytest.approx(0.625)
+
+
+def test_harmonic_mean_ignores_divergent_chains_and_is_zero_without_any():
+    prob = torch.tensor([0.5, 1.0, 0.0])
+    assert harmonic_mean_acceptance(prob, torch.tensor([False, False, True])) == pytest.approx(2 / 3)
+    assert harmonic_mean_acceptance(prob, torch.tensor([True, True, True])) == 0.0
+
+
+def test_scalar_adam_ascends_and_clips_its_step():
+    adam = ScalarAdam(lr=1.0, max_step=0.35)
+    assert adam.step(0.0, 5.0) == pytest.approx(0.35)
+    assert ScalarAdam(lr=0.025).step(1.0, -2.0) == pytest.approx(1.0 - 0.025, rel=1e-6)
+
+
+def test_chees_gradient_is_nan_when_no_chain_counts_and_positive_when_chains_spread():
+    theta = torch.zeros(4, 2)
+    proposal = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
+    p_new = proposal.clone()  # moving outward: the spread grows with T
+    ones, no = torch.ones(4), torch.zeros(4, dtype=torch.bool)
+    assert chees_gradient(theta, proposal, p_new, ones, no, 1.0, torch.ones(2)) > 0
+    assert math.isnan(chees_gradient(theta, proposal, p_new, ones, ~no, 1.0, torch.ones(2)))
+
+
+def test_halton_and_mass_windows():
+    assert [halton(i) for i in range(1, 5)] == [0.5, 0.25, 0.75, 0.125]
+    assert mass_windows(500) == [(75, 100), (100, 150), (150, 250), (250, 450)]
+    assert mass_windows(10) == []
+
+
+# ------------------------------------------------------ known posteriors
