@@ -99,6 +99,15 @@ def cmd_list(args) -> int:
     from .inference import ENGINES
     from .models import LIKELIHOODS, PRIORS, zoo
 
+    if args.engine is not None:
+        if args.engine not in ENGINES:
+            raise ValueError(f"engine {args.engine!r}: unknown engine; choose one of {', '.join(ENGINES)}")
+        engine, docs = ENGINES[args.engine], ENGINES[args.engine].option_docs()
+        print(f"{engine.name}: {engine.description}\n\noptions (default: meaning):")
+        for name, default in engine.defaults().items():
+            print(f"  {name} = {default!r}: {docs[name]}".rstrip(": "))
+        return 0
+
     def section(title, rows):
         print(f"{title}:")
         for name, text in rows:
@@ -154,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(fn=cmd_run)
 
-    p = sub.add_parser("list", help="priors, likelihoods, engines, datasets and zoo models")
+    p = sub.add_parser("list", help="priors, likelihoods, engines, datasets and zoo models; or one engine's options")
+    p.add_argument("engine", nargs="?", help="an engine: list its options with their defaults and meanings")
     p.set_defaults(fn=cmd_list)
 
     p = sub.add_parser("inspect", help="summarise a saved run (.nc)")

@@ -82,6 +82,16 @@ def test_list_names_every_registry(capsys):
         assert word in out
 
 
+def test_list_engine_gives_every_option_with_its_default_and_meaning(capsys):
+    from bnnzoo.inference import ENGINES
+
+    assert main(["list", "proximal_hmc"]) == 0
+    out = capsys.readouterr().out
+    for name, default in ENGINES["proximal_hmc"].defaults().items():
+        assert f"  {name} = {default!r}: " in out
+    assert "lam = None: Moreau parameter" in out
+
+
 @pytest.mark.parametrize(
     "content, message",
     [

@@ -92,52 +92,6 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     if engine not in ENGINES:
         raise ValueError(f"engine {engine!r}: unknown engine; choose one of {', '.join(sorted(ENGINES))}")
     spec = ENGINES[engine]
-    unknown = sorted(set(engine_options) - set(spec.options()))
-    if unknown:
-        raise ValueError(f"engine {engine!r}: unknown option(s) {', '.join(unknown)}; "
-                         f"valid options: {', '.join(spec.options()) or '(none)'}")
-    _check_counts(num_samples, warmup_steps, num_chains)
-    model = _resolve_model(model_or_spec)
-    data = _resolve_data(data, model, seed)
-    engine_options, tuning = _recommended_options(spec, model, engine_options)
-    pyro.set_rng_seed(seed)
-    start = time.perf_counter()
-    draws = spec.fn(model=model, x=data.x_train, y=data.y_train, num_samples=num_samples,
-                    warmup_steps=warmup_steps, num_chains=num_chains, progress=progress, **engine_options)
-    wall = time.perf_counter() - start
-    draws.notes.update(tuning)  # into the InferenceData's attrs too
-    counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
-    if spec.kind == "mcmc":
-        counts["warmup_steps"] = warmup_steps
-    return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=data, wall_time=wall,
-                          options={**counts, **spec.defaults(), **engine_options})
-
-
-def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
-        num_chains: int = 2, seed: int = 0, progress: bool = False, **engine_options) -> Run:
-    """Run one engine on one model and data set.
-
-    Parameters
-    ----------
-    model_or_spec : BNN, BNNSpec, dict, zoo name or TOML path
-    data : Dataset, dataset name, or ``(x, y)`` / ``(x, y, x_test, y_test)``
-    engine : str
-        A key of :data:`ENGINES`.
-    num_samples, warmup_steps, num_chains : int
-        Draws kept per chain, warm-up steps per chain, chains.
-    seed : int
-    progress : bool
-        Show Pyro's progress bar.
-    **engine_options
-        Options of the engine (``ENGINES[engine].options()`` lists them).
-
-    Returns
-    -------
-    Run
-    """
-    if engine not in ENGINES:
-        raise ValueError(f"engine {engine!r}: unknown engine; choose one of {', '.join(sorted(ENGINES))}")
-    spec = ENGINES[engine]
     _check_counts(num_samples, warmup_steps, num_chains)
     spec.check(engine_options, num_chains)
     model = _resolve_model(model_or_spec)
