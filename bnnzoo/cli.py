@@ -11,6 +11,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from . import validation
+
 DEMO_TITLE = "bnnzoo demo: one network, five engines"
 DEMO_DESCRIPTION = """\
 A 1-20-1 tanh network with a Laplace(1) prior on every weight and bias, Gaussian
@@ -53,7 +55,7 @@ def _load_data(table: dict | str | None, seed: int):
 def _compare(plan: dict, out: str, title: str, description: str, progress: bool) -> int:
     from .experiments import compare, format_table, write_report
 
-    seed = int(plan.get("seed", 0))
+    seed = plan.get("seed", 0)
     data = _load_data(plan["data"], seed)
     common = {k: plan[k] for k in ("num_samples", "warmup_steps", "num_chains") if k in plan}
     table, runs = compare(plan["spec"], data, engines=plan["engines"], seed=seed, progress=progress, **common)
@@ -86,6 +88,9 @@ def read_run_file(path: str | Path) -> dict:
     bad = sorted(set(settings) - {"num_samples", "warmup_steps", "num_chains", "seed"})
     if bad:
         raise ValueError(f"[run]: unknown key(s) {', '.join(bad)}; expected num_samples, warmup_steps, num_chains, seed")
+    for key, minimum in (("num_samples", 1), ("warmup_steps", 0), ("num_chains", 1), ("seed", 0)):
+        if key in settings:
+            validation.integer(f"[run] {key}", settings[key], minimum)
     return {"spec": BNNSpec.from_dict(doc["model"]), "data": doc.get("data"), "engines": engines, **settings}
 
 

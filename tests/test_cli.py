@@ -100,8 +100,15 @@ def test_list_engine_gives_every_option_with_its_default_and_meaning(capsys):
         (RUN_FILE.replace('kind = "rwmh"', 'kind = "rwhm"'), "engine 'rwhm': unknown engine"),
         (RUN_FILE.replace('name = "cosine"', 'name = "cosin"'), "dataset 'cosin'"),
         ("[model\n", "not valid TOML"),
+        (RUN_FILE.replace("seed = 3", 'seed = "zero"'), "[run] seed must be an integer >= 0, got 'zero'"),
+        (RUN_FILE.replace('kind = "rwmh"\nnum_samples', 'kind = "rwmh"\nnum_sample'),
+         "engines[1] (rwmh): engine 'rwmh': unknown option(s) num_sample; did you mean 'num_samples'?"),
+        (RUN_FILE.replace("max_tree_depth = 3", "target_accept = 1.5"),
+         "engines[0] (nuts): engine 'nuts': target_accept must be strictly between 0 and 1, got 1.5"),
+        (RUN_FILE.replace("max_tree_depth = 3", "max_tree_depth = 0"),
+         "engines[0] (nuts): engine 'nuts': max_tree_depth must be an integer >= 1, got 0"),
     ],
-    ids=["activation", "engine", "dataset", "toml"],
+    ids=["activation", "engine", "dataset", "toml", "seed", "second-engine-typo", "nuts-target", "tree-depth"],
 )
 def test_errors_are_one_line_and_exit_nonzero(tmp_path, content, message):
     spec = tmp_path / "bad.toml"
@@ -113,3 +120,4 @@ def test_errors_are_one_line_and_exit_nonzero(tmp_path, content, message):
     assert len(lines) == 1 and lines[0].startswith("bnnzoo: error:"), proc.stderr
     assert message in lines[0]
     assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("*.nc"))  # refused before any engine ran

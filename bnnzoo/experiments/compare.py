@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..diagnostics.predictive import predictive_metrics
 from ..diagnostics.summary import mixing
-from ..inference import run
+from ..inference import check_run, run
 from ..results import Run
 
 COMMON = ("num_samples", "warmup_steps", "num_chains", "seed")
@@ -109,6 +109,11 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
     """
     items = _engine_items(engines)
     common = {"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": num_chains, "seed": seed}
+    for i, (label, kind, options) in enumerate(items):  # every entry checked before the first engine runs
+        try:
+            check_run(kind, **{**common, **options})
+        except ValueError as err:
+            raise ValueError(f"engines[{i}] ({kind}): {err}") from None
     runs: dict[str, Run] = {}
     rows = []
     for label, kind, options in items:

@@ -10,7 +10,7 @@
 
 from ..results import Draws, Run, split_mcmc
 from .adaptation import DualAveraging
-from .engines import ENGINES, Engine, run
+from .engines import ENGINES, Engine, check_run, run
 from .group_em import GroupSparseOptions, GroupSparseSGHMCOptimizer
 from .kernels import (
     HMC, NUTS, SGHMC, SGHMCSA, SGLD, SGLDSA, ChEESHMC, FixedStepHMC, FlatKernel, GroupSparseSGHMC, ProximalHMC,
@@ -23,7 +23,7 @@ from .vi import AdaBound, AMSBound, MeanFieldGuide, PyroAdaBound, PyroAMSBound, 
 __all__ = [
     "BNNPotential", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FixedStepHMC", "FlatKernel",
     "FlatPotential", "HMC",
-    "NUTS", "ProximalHMC", "PyroPotential", "RandomWalkMH", "Run", "make_potential", "run", "split_mcmc",
+    "NUTS", "ProximalHMC", "PyroPotential", "RandomWalkMH", "Run", "check_run", "make_potential", "run", "split_mcmc",
     "AdaBound", "AMSBound", "PyroAdaBound", "PyroAMSBound", "MeanFieldGuide", "VIFit", "VIOptions",
     "fit_mean_field", "kl_weights",
     "SGHMC", "SGHMCSA", "SGLD", "SGLDSA", "GroupSparseOptions", "GroupSparseSGHMC", "GroupSparseSGHMCOptimizer",

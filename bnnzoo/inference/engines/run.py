@@ -14,7 +14,7 @@ from ...results import Run
 from ..tuning import recommend_target_accept
 from .registry import ENGINES, Engine
 
-__all__ = ["run"]
+__all__ = ["check_run", "run"]
 
 
 # ------------------------------------------------------------- helpers
@@ -61,10 +61,17 @@ def _recommended_options(spec: Engine, model: BNN, options: dict) -> tuple[dict,
     return {**options, "target_accept": recommended.value}, {"target_accept_reason": recommended.reason}
 
 
-def _check_counts(num_samples, warmup_steps, num_chains) -> None:
+def check_run(engine: str, num_samples: int = 500, warmup_steps: int = 500, num_chains: int = 2, seed: int = 0,
+              **engine_options) -> Engine:
+    """Every check :func:`run` makes on its engine, counts and options, without running anything:
+    a ``ValueError`` naming the field and the value, or the :class:`Engine`."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r}: unknown engine; choose one of {', '.join(sorted(ENGINES))}")
     for name, value, minimum in (("num_samples", num_samples, 1), ("warmup_steps", warmup_steps, 0),
-                                 ("num_chains", num_chains, 1)):
+                                 ("num_chains", num_chains, 1), ("seed", seed, 0)):
         validation.integer(name, value, minimum)
+    ENGINES[engine].check(engine_options, num_chains)
+    return ENGINES[engine]
 
 
 def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
@@ -89,11 +96,7 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     -------
     Run
     """
-    if engine not in ENGINES:
-        raise ValueError(f"engine {engine!r}: unknown engine; choose one of {', '.join(sorted(ENGINES))}")
-    spec = ENGINES[engine]
-    _check_counts(num_samples, warmup_steps, num_chains)
-    spec.check(engine_options, num_chains)
+    spec = check_run(engine, num_samples, warmup_steps, num_chains, seed, **engine_options)
     model = _resolve_model(model_or_spec)
     data = _resolve_data(data, model, seed)
     engine_options, tuning = _recommended_options(spec, model, engine_options)

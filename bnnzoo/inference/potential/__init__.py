@@ -44,9 +44,11 @@ __all__ = [
 def make_potential(model, x: Tensor | None = None, y: Tensor | None = None, args=(), kwargs=None,
                    compile: bool = False) -> FlatPotential:
     """The fastest exact potential for ``model``: :class:`BNNPotential` for a BNN
-    (``compile``: see there), else :class:`PyroPotential` with ``model(*args, **kwargs)``."""
+    (``compile``: see there), else :class:`PyroPotential` with ``model(*args, **kwargs)``
+    (``args`` default to ``(x, y)`` where those are given: a model without data
+    arguments gets none)."""
     if isinstance(model, BNN):
         return BNNPotential(model, x, y, compile=compile)
     if compile:
         raise ValueError(f"compile=True needs a BNN model (compiled analytic potential), got {type(model).__name__}")
-    return PyroPotential(model, args or (x, y), kwargs)
+    return PyroPotential(model, args or tuple(a for a in (x, y) if a is not None), kwargs)

@@ -19,10 +19,24 @@ from .base import FlatPotential, is_identity
 Tensor = torch.Tensor
 
 
+#: what a distribution's argument validation says about a value outside its support
+_OUT_OF_SUPPORT = ("invalid values", "within the support", "Expected parameter")
+
+
+def _out_of_support(err: ValueError) -> bool:
+    text = f"{err} {err.__cause__ or ''}"
+    return any(marker in text for marker in _OUT_OF_SUPPORT)
+
+
 class PyroPotential(FlatPotential):
     """Pyro's own potential of an arbitrary model, on the flat layout.
 
-    Slow (one Pyro trace per chain and call) but exact for any model.
+    Slow (one Pyro trace per chain and call) but exact for any model. At a point
+    where it is not defined (a non-finite coordinate, or a value that a
+    distribution built with argument validation refuses: priors made before
+    ``MCMC.run`` keep the validation setting of their construction) the potential
+    is NaN with a NaN gradient, never an exception: the kernel rejects the proposal
+    and counts a divergence.
     """
 
     def __init__(self, model: Callable, args=(), kwargs=None):
@@ -37,14 +51,29 @@ class PyroPotential(FlatPotential):
 
     def __call__(self, theta: Tensor) -> Tensor:
         if theta.dim() == 1:
-            return self._fn(self.unflatten(theta))
+            if not bool(torch.isfinite(theta).all()):
+                return torch.full((), float("nan"), dtype=theta.dtype)
+            try:
+                return self._fn(self.unflatten(theta))
+            except ValueError as err:
+                if not _out_of_support(err):
+                    raise
+                return torch.full((), float("nan"), dtype=theta.dtype)
         return torch.stack([self(t) for t in theta])
 
     def value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         if theta.dim() > 1:
             values, grads = zip(*(self.value_and_grad(t) for t in theta))
             return torch.stack(values), torch.stack(grads)
-        grads, value = potential_grad(self._fn, self.unflatten(theta.detach()))
+        nan = (torch.full((), float("nan"), dtype=theta.dtype), torch.full_like(theta, float("nan")))
+        if not bool(torch.isfinite(theta).all()):
+            return nan
+        try:
+            grads, value = potential_grad(self._fn, self.unflatten(theta.detach()))
+        except ValueError as err:
+            if not _out_of_support(err):
+                raise
+            return nan
         return value.detach(), self.flatten(grads)
 
     def potential_fn(self, params):

@@ -100,3 +100,23 @@ def test_no_kernel_module_imports_the_engine_layer():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 assert "engines" not in (node.module or ""), f"{path.name} imports {node.module}"
+
+
+@pytest.mark.parametrize("engine, options, message", [
+    ("nuts", {"target_accept": 1.5}, "target_accept must be strictly between 0 and 1, got 1.5"),
+    ("nuts", {"target_accept": -1}, "target_accept must be strictly between 0 and 1, got -1"),
+    ("nuts", {"max_tree_depth": 0}, "max_tree_depth must be an integer >= 1, got 0"),
+    ("hmc", {"step_size": 0, "adapt_step_size": False}, "step_size must be a positive number, got 0"),
+    ("hmc", {"step_size": -0.1}, "step_size must be a positive number, got -0.1"),
+    ("hmc", {"num_steps": 0}, "num_steps must be an integer >= 1, got 0"),
+    ("hmc", {"trajectory_length": 0.0}, "trajectory_length must be a positive number, got 0.0"),
+], ids=["nuts-target-high", "nuts-target-negative", "tree-depth", "hmc-zero-step", "hmc-negative-step",
+        "hmc-no-steps", "hmc-no-length"])
+def test_pyro_engine_options_are_checked_like_ours(engine, options, message):
+    with pytest.raises(ValueError, match=f"engine '{engine}': " + message.replace("(", r"\(")):
+        run("cosine_mlp", "cosine", engine=engine, num_samples=1, warmup_steps=1, **options)
+
+
+def test_run_level_counts_name_their_field():
+    with pytest.raises(ValueError, match="seed must be an integer >= 0, got 'zero'"):
+        run("cosine_mlp", "cosine", engine="rwmh", seed="zero")

@@ -1,0 +1,74 @@
+"""bnnzoo's kernels on plain Pyro models under the unmodified ``pyro.infer.MCMC``."""
+
+import math
+
+import arviz as az
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import MCMC
+from pyro.nn import PyroModule, PyroSample
+
+from bnnzoo.inference import ChEESHMC, FixedStepHMC, ProximalHMC, RandomWalkMH
+from tests.support.targets import assert_moments
+
+
+def laplace_model():
+    pyro.sample("x", dist.Laplace(0.0, 1.0))
+
+
+@pytest.mark.parametrize("kernel_cls, options", [
+    (ProximalHMC, {"step_size": 0.3, "num_steps": 5}),
+    (RandomWalkMH, {"scale": 1.0}),
+], ids=["proximal_hmc", "rwmh"])
+def test_a_model_without_arguments_samples_its_exact_posterior(kernel_cls, options):
+    pyro.set_rng_seed(0)
+    mcmc = MCMC(kernel_cls(laplace_model, num_chains=4, **options), num_samples=1500, warmup_steps=300,
+                disable_progbar=True)
+    mcmc.run()
+    x = mcmc.get_samples()["x"].numpy()  # [draws, 4]
+    draws = np.moveaxis(x, 1, 0)[..., None]
+    assert_moments(draws, np.zeros(1), np.array([math.sqrt(2.0)]), min_ess=400)  # Laplace(0, 1): var 2
+    ess_abs = float(az.ess(np.abs(draws[..., 0])))
+    mcse = np.abs(draws).std() / math.sqrt(ess_abs)
+    assert abs(np.abs(draws).mean() - 1.0) < 5 * mcse  # E|x| = 1
+
+
+class Net(PyroModule):
+    def __init__(self, hidden=6):
+        super().__init__()
+        self.fc1 = PyroModule[torch.nn.Linear](1, hidden)
+        self.fc1.weight = PyroSample(dist.Normal(0.0, 1.0).expand([hidden, 1]).to_event(2))
+        self.fc1.bias = PyroSample(dist.Normal(0.0, 1.0).expand([hidden]).to_event(1))
+        self.fc2 = PyroModule[torch.nn.Linear](hidden, 1)
+        self.fc2.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, hidden]).to_event(2))
+        self.fc2.bias = PyroSample(dist.Normal(0.0, 1.0).expand([1]).to_event(1))
+
+    def forward(self, x, y=None):
+        sigma = pyro.sample("sigma", dist.HalfNormal(1.0))
+        mu = self.fc2(torch.tanh(self.fc1(x))).squeeze(-1)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("obs", dist.Normal(mu, sigma), obs=y)
+        return mu
+
+
+@pytest.mark.parametrize("kernel_cls, options", [
+    (ChEESHMC, {"num_chains": 4, "step_size": 1.0}),
+    (ProximalHMC, {"step_size": 1.0, "num_steps": 10}),
+    (FixedStepHMC, {"step_size": 2.0, "num_steps": 10}),
+], ids=["chees", "proximal_hmc", "fixed_hmc"])
+def test_nan_proposals_on_a_pyro_module_are_counted_divergences(kernel_cls, options):
+    """Priors built before MCMC.run validate their arguments; a trajectory that leaves the
+    finite numbers is a rejected, counted divergence, never an exception."""
+    pyro.set_rng_seed(0)
+    x = torch.linspace(-2, 2, 30).unsqueeze(-1)
+    y = torch.sin(2 * x[:, 0]) + 0.1 * torch.randn(30)
+    mcmc = MCMC(kernel_cls(Net(), **options), num_samples=20, warmup_steps=20, disable_progbar=True)
+    mcmc.run(x, y)
+    samples = mcmc.get_samples()
+    assert all(torch.isfinite(v).all() for v in samples.values())
+    assert (samples["sigma"] > 0).all()
+    stats = mcmc._diagnostics[0]["sample_stats"]
+    assert np.array_equal(np.asarray(stats["diverging"]).sum(), len(mcmc._diagnostics[0]["divergences"]))
