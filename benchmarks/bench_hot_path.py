@@ -33,7 +33,7 @@ from common import machine, markdown_table, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Runs inside one tree: only API that every version since results.py (typed Run fields) has.
+# Runs inside one tree: only API that every version since the compile commit has.
 PROBE = r"""
 import json, sys, time
 import numpy as np, pyro, torch
@@ -69,7 +69,8 @@ out["fixed_hmc transition"] = per_call(lambda: kernel.sample(params), 10) / 20
 start = time.perf_counter()
 r = run(model, data, engine="chees", num_samples=100, warmup_steps=100, num_chains=8, seed=0)
 wall = time.perf_counter() - start
-steps = float(r.sample_stats["n_steps"][0].sum()) + float(r.warmup_sample_stats["n_steps"][0].sum())
+warm = getattr(r, "warmup_sample_stats", None) or r.extras["warmup_sample_stats"]  # older Runs: extras
+steps = float(r.sample_stats["n_steps"][0].sum()) + float(warm["n_steps"][0].sum())
 out["chees run"] = wall / steps
 out["chees leapfrog steps"] = steps
 print(json.dumps(out))
