@@ -17,7 +17,7 @@ import math
 import numbers
 from typing import Any, Callable, Iterable
 
-__all__ = ["boolean", "count", "finite", "fraction", "in_interval", "integer", "is_real", "one_of", "positive",
+__all__ = ["at_least", "boolean", "count", "finite", "fraction", "in_interval", "integer", "is_real", "one_of", "positive",
            "probability", "value_error"]
 
 ErrorFactory = Callable[[str, str], Exception]
@@ -89,6 +89,12 @@ def in_interval(field: str, value: Any, low: float = 0.0, high: float = math.inf
     if not ok:
         lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
         raise error(field, f"must be in {lo}{low}, {high}{hi}{got} {value!r}")
+
+
+def at_least(field: str, value: Any, low: float, error: ErrorFactory = value_error) -> None:
+    """A finite number >= ``low``."""
+    if not (is_real(value) and value >= low):
+        raise error(field, f"must be a number >= {low}, got {value!r}")
 
 
 def one_of(field: str, value: Any, choices: Iterable, error: ErrorFactory = value_error) -> None:

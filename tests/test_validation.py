@@ -160,3 +160,13 @@ def test_every_check_builds_its_error_with_the_factory(check, args, kw, detail):
     with pytest.raises(Custom, match=re.escape(f"<x|{detail}>")):
         check("x", *args, error=factory, **kw)
     assert seen == [("x", detail)]
+
+
+def test_at_least_accepts_the_bound_and_names_field_and_value():
+    from bnnzoo import validation
+
+    validation.at_least("sa_offset", 0, 0)
+    validation.at_least("sa_offset", np.float32(2.5), 0)
+    for bad in (-1e-9, float("nan"), float("inf"), True, "1"):
+        with pytest.raises(ValueError, match=r"sa_offset must be a number >= 0, got "):
+            validation.at_least("sa_offset", bad, 0)

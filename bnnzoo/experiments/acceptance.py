@@ -37,6 +37,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from .. import validation
 from ..diagnostics.theory import optimal_acceptance
 from ..inference import run
 from ..models import BNN, zoo
@@ -55,15 +56,13 @@ def _check_step_sizes(step_sizes) -> list[float]:
     if not values:
         raise ValueError("step_sizes is empty: give at least one step size")
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) \
-                or not math.isfinite(value) or value <= 0:
+        if not (validation.is_real(value) and value > 0):
             raise ValueError(f"step_sizes: every step size must be a positive number, got {value!r}")
     return [float(v) for v in values]
 
 
 def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    validation.integer(name, value, minimum)
     return int(value)
 
 
@@ -203,9 +202,7 @@ def efficiency_curve(model_or_spec, data, travel_time: float, step_sizes: Sequen
     -------
     EfficiencyCurve
     """
-    if isinstance(travel_time, bool) or not isinstance(travel_time, (int, float)) \
-            or not math.isfinite(travel_time) or travel_time <= 0:
-        raise ValueError(f"travel_time must be a positive number, got {travel_time!r}")
+    validation.positive("travel_time", travel_time)
     step_sizes = sorted(_check_step_sizes(step_sizes))
     _check_counts(num_samples, warmup_steps, num_chains)
     cells = [(eps, max(1, round(travel_time / eps))) for eps in step_sizes]

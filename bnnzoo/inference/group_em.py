@@ -118,15 +118,11 @@ def _decay(name: str, value) -> None:
 
 
 def _nonnegative(name: str, value) -> None:
-    if not (validation.is_real(value) and value >= 0):
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    validation.at_least(name, value, 0)
 
 
 def _interval(low_open: bool):
-    def check(name: str, value) -> None:
-        if not (validation.is_real(value) and (0 < value if low_open else 0 <= value) and value <= 1):
-            raise ValueError(f"{name} must be in {'(' if low_open else '['}0, 1], got {value!r}")
-    return check
+    return lambda name, value: validation.in_interval(name, value, 0, 1, low_open=low_open, high_open=False)
 
 
 def _em_every(name: str, value) -> None:

@@ -38,10 +38,7 @@ def integer(minimum: int = 1) -> Check:
     return lambda name, value: validation.integer(name, value, minimum)
 
 
-def flag(name: str, value: Any) -> None:
-    """A bool (numpy's included)."""
-    if not isinstance(value, bool) and type(value).__name__ != "bool_":
-        raise ValueError(f"{name} must be True or False, got {value!r}")
+flag = validation.boolean
 
 
 positive = validation.positive

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import validation
 from ..models.priors import SpikeAndSlab
 
 __all__ = ["MagnitudePruning", "Pruner", "prune_mask", "target_sparsity"]
@@ -94,13 +95,9 @@ class MagnitudePruning:
     sites: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        for name, value, low, high in (("sparsity", self.sparsity, 0.0, 1.0), ("decay", self.decay, 0.0, 1.0)):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not ok or not (low <= value < high if name == "sparsity" else low < value < high):
-                interval = "[0, 1)" if name == "sparsity" else "(0, 1)"
-                raise ValueError(f"pruning {name} must be in {interval}, got {value!r}")
-        if isinstance(self.period, bool) or not isinstance(self.period, (int, float)) or not self.period > 0:
-            raise ValueError(f"pruning period must be a positive number, got {self.period!r}")
+        validation.in_interval("pruning sparsity", self.sparsity, 0, 1)
+        validation.in_interval("pruning decay", self.decay, 0, 1, low_open=True)
+        validation.positive("pruning period", self.period)
         if self.sites is not None:
             object.__setattr__(self, "sites", tuple(self.sites))
 

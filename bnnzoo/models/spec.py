@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from ..validation import integer
-from .errors import SpecError, check_positive, choose
+from .errors import SpecError, choose
 from .likelihoods import GaussianLikelihood, Likelihood, likelihood_from_dict
 from .priors import Gaussian, Prior, prior_from_dict
 

@@ -43,7 +43,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import validation
 from ..pruning import MagnitudePruning
 from ..sgmcmc import SCHEDULES, StepSizeSchedule, finite_chains, inverse_temperature_at, keep_chains, minibatch_rows
 from .base import BaseOptions, FlatKernel

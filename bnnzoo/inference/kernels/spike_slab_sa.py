@@ -71,6 +71,7 @@ from dataclasses import dataclass
 import pyro
 import torch
 
+from ... import validation
 from ...models.likelihoods import GaussianLikelihood
 from ...models.priors import SpikeAndSlab, spike_slab_log_density
 from ..potential import BNNPotential
@@ -88,14 +89,11 @@ MODES = ("sa", "em")
 
 
 def _sa_max(name: str, value) -> None:
-    positive(name, value)
-    if value > 1:
-        raise ValueError(f"sa_max must be in (0, 1], got {value!r}")
+    validation.in_interval(name, value, 0, 1, low_open=True, high_open=False)
 
 
 def _offset(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    validation.at_least(name, value, 0)
 
 
 @dataclass(frozen=True)
