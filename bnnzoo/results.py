@@ -178,6 +178,18 @@ def _stack_stats(rows: list[dict], num_draws_of, vectorized: int) -> dict[str, n
             for k in per_chain[0] if all(k in c for c in per_chain)}
 
 
+#: what a kernel's ``diagnostics()`` carries besides Pyro's own entries
+KERNEL_DIAGNOSTICS = ("divergences", "sample_stats", "warmup_sample_stats", "final_state", "num_chains")
+
+
+def _kernel_diagnostics(mcmc) -> list[dict]:
+    """Each Pyro chain's kernel diagnostics, through the public ``MCMC.diagnostics()``
+    (``{name: {"chain i": value}}``)."""
+    diag = mcmc.diagnostics()
+    return [{k: diag[k][f"chain {i}"] for k in KERNEL_DIAGNOSTICS if k in diag and f"chain {i}" in diag[k]}
+            for i in range(mcmc.num_chains)]
+
+
 def _final_state(diagnostics: list[dict], name: str) -> dict[str, np.ndarray] | None:
     """A kernel's final per-chain arrays ``diagnostics()["final_state"][name]``, concatenated over
     Pyro chains: ``{site: [chain, ...]}`` (None where the kernel has none)."""
@@ -188,9 +200,16 @@ def _final_state(diagnostics: list[dict], name: str) -> dict[str, np.ndarray] | 
 
 
 def split_mcmc(mcmc) -> Draws:
-    """:class:`Draws` of a finished ``pyro.infer.MCMC``."""
+    """:class:`Draws` of a finished ``pyro.infer.MCMC`` or ``bnnzoo.inference.MCMC``.
+
+    ``bnnzoo.inference.MCMC`` already presents C chains (``sample_stats()``); under plain
+    Pyro the kernels' statistics come from the public ``diagnostics()``, and a bnnzoo
+    kernel that advanced C chains inside one Pyro chain is split back into C chains."""
     grouped = {k: _to_numpy(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    diagnostics = [d or {} for d in mcmc._diagnostics]
+    if hasattr(mcmc, "sample_stats"):
+        return Draws(grouped, mcmc.sample_stats(), mcmc.sample_stats(warmup=True),
+                     inclusion_prob=mcmc.final_state("inclusion_prob"), pruning_mask=mcmc.final_state("pruning_mask"))
+    diagnostics = _kernel_diagnostics(mcmc)
     vectorized = int(diagnostics[0].get("num_chains", 1)) if diagnostics else 1
     num_draws = next(iter(grouped.values())).shape[1]
     if vectorized > 1:  # [pyro_chain, draw, C, ...] -> [pyro_chain * C, draw, ...]

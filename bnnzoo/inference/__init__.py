@@ -5,6 +5,7 @@
   :mod:`.stochastic_approximation`, :mod:`.group_em`: the update rules, pure;
 * :mod:`.kernels`: one ``MCMCKernel`` per algorithm, each with its options dataclass;
 * :mod:`.vi`: mean-field variational inference;
+* :mod:`.mcmc`: ``MCMC``, Pyro's driver with ``chain_method="vectorized"``;
 * :mod:`.engines`: the registry, ``run()`` and the drivers.
 """
 
@@ -16,13 +17,14 @@ from .kernels import (
     HMC, NUTS, SGHMC, SGHMCSA, SGLD, SGLDSA, ChEESHMC, FixedStepHMC, FlatKernel, GroupSparseSGHMC, ProximalHMC,
     RandomWalkMH,
 )
+from .mcmc import MCMC
 from .potential import BNNPotential, FlatPotential, PyroPotential, make_potential
 from .tuning import TargetAccept, recommend_target_accept
 from .vi import AdaBound, AMSBound, MeanFieldGuide, PyroAdaBound, PyroAMSBound, VIFit, VIOptions, fit_mean_field, kl_weights
 
 __all__ = [
     "BNNPotential", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FixedStepHMC", "FlatKernel",
-    "FlatPotential", "HMC",
+    "FlatPotential", "HMC", "MCMC",
     "NUTS", "ProximalHMC", "PyroPotential", "RandomWalkMH", "Run", "check_run", "make_potential", "run", "split_mcmc",
     "AdaBound", "AMSBound", "PyroAdaBound", "PyroAMSBound", "MeanFieldGuide", "VIFit", "VIOptions",
     "fit_mean_field", "kl_weights",

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import math
 
-from pyro.infer import MCMC
-
 from ...models.spec import Conv2d
 from ...results import Draws, split_mcmc
 from ..potential import BNNPotential, FlatPotential, initial_theta, make_potential
+from ..mcmc import MCMC
 from ..vi import sample_mean_field
 
 __all__ = ["check_memory", "run_flat_kernel", "run_pyro_hmc", "run_vi"]
@@ -85,13 +84,12 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
     potential = make_potential(model, x, y, compile=compile)
     if "chain_method" in engine.kernel.Options.names():
         options = {**options, "chain_method": chain_method}
-    kernel = engine.kernel(potential=potential, num_chains=num_chains if vectorized else 1, **options)
+    kernel = engine.kernel(potential=potential, **options)
     kernel.check_potential(potential)  # before any chain starts
     if vectorized and num_chains > 1:
         check_memory(model, num_chains, int(x.shape[0]), engine.name)
-    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps,
-                num_chains=1 if vectorized else num_chains, transforms=potential.transforms,
-                disable_progbar=not progress)
+    mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
+                chain_method=chain_method, transforms=potential.transforms, disable_progbar=not progress)
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)
     draws.notes.update(kernel.notes())

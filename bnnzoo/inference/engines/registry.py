@@ -98,7 +98,9 @@ class Engine:
         try:
             for k, value in driver.items():
                 DRIVER_OPTIONS[k][2](k, value)
-            self.options_cls(**own, **chains)
+            opts = self.options_cls(**own, **chains)
+            if self.kernel is not None and hasattr(self.kernel, "check_chains"):
+                self.kernel.check_chains(opts)
         except (TypeError, ValueError) as err:
             raise ValueError(f"engine {self.name!r}: {err}") from None
         return own, driver

@@ -28,6 +28,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections import OrderedDict
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Mapping
 
@@ -79,6 +80,19 @@ class FlatKernel(MCMCKernel):
         params += [inspect.Parameter(n, keyword, default=d) for n, d in cls.Options.defaults().items()]
         cls.__signature__ = inspect.Signature(params)  # what help() and IDEs show: the options' defaults
 
+    @classmethod
+    def check_chains(cls, options: Options) -> None:
+        """Refuse, before sampling, a number of chains the kernel cannot work with (``options.num_chains``)."""
+
+    def set_num_chains(self, num_chains: int) -> None:
+        """Advance ``num_chains`` chains as one batch from now on (what ``MCMC(chain_method="vectorized")``
+        sets); resets the per-chain state."""
+        self.options = dataclasses.replace(self.options, num_chains=num_chains)
+        self.num_chains = num_chains
+        if not self._user_initial_params:
+            self._initial_params = None
+        self._reset()
+
     def __init__(self, model: Callable | None = None, potential: FlatPotential | None = None, **options):
         if model is None and potential is None:
             raise ValueError("give a model or a potential")
@@ -118,6 +132,7 @@ class FlatKernel(MCMCKernel):
         return self._t < self._warmup_steps
 
     def setup(self, warmup_steps: int, *args, **kwargs) -> None:
+        self.check_chains(self.options)
         self._reset()
         self._warmup_steps = int(warmup_steps)
         if not self._given_potential:

@@ -31,8 +31,6 @@ JITTERS = ("halton", "uniform")
 class ChEESOptions(WarmupOptions):
     """Options of :class:`ChEESHMC`."""
 
-    num_chains: int = option(16, "chains advanced together; ChEES needs >= 2 (a cross-chain estimate)",
-                             integer(1))
     step_size: float = option(0.1, "initial leapfrog step size (refined by a search before warm-up)", positive)
     trajectory_length: float | None = option(
         None, "initial T, fixed if adapt_trajectory=False (None: the chains' U-turn time at each mass update)",
@@ -41,11 +39,6 @@ class ChEESOptions(WarmupOptions):
     max_leapfrog_steps: int = option(1000, "cap on leapfrog steps per transition", integer(1))
     jitter: str = option("halton", "trajectory jitter u_n in (0, 1): quasi-random 'halton' or 'uniform'",
                          choice(*JITTERS))
-
-    def validate(self) -> None:
-        if self.adapt_trajectory and self.num_chains < 2:
-            raise ValueError(f"num_chains must be >= 2 for ChEES trajectory adaptation (a cross-chain "
-                             f"estimate), got {self.num_chains!r}; or pass adapt_trajectory=False")
 
 
 class ChEESHMC(AdaptiveHMC):
@@ -89,6 +82,14 @@ class ChEESHMC(AdaptiveHMC):
 
     Options = ChEESOptions
     target_family = "chees"
+
+    @classmethod
+    def check_chains(cls, options: ChEESOptions) -> None:
+        if options.adapt_trajectory and options.num_chains < 2:
+            raise ValueError(
+                f"num_chains must be >= 2 for ChEES trajectory adaptation (a cross-chain estimate), got "
+                f"{options.num_chains!r}: run it as bnnzoo.inference.MCMC(kernel, num_chains=C, "
+                f"chain_method='vectorized'), or pass adapt_trajectory=False")
     stat_names = AdaptiveHMC.stat_names + ("trajectory_length",)
 
     def _reset(self) -> None:

@@ -68,7 +68,7 @@ def test_the_drifted_defaults_have_one_value_each():
 
 def test_kernel_signature_and_unknown_keyword_come_from_the_dataclass(potential):
     params = inspect.signature(ChEESHMC).parameters
-    assert params["step_size"].default == 0.1 and params["num_chains"].default == 16
+    assert params["step_size"].default == 0.1 and params["num_chains"].default == 1
     with pytest.raises(ValueError, match=r"ChEESHMC: unknown option\(s\) step_sise; did you mean 'step_size'"):
         ChEESHMC(potential=potential, step_sise=0.1)
     with pytest.raises(ValueError, match="max_leapfrog_steps must be an integer >= 1, got 0"):

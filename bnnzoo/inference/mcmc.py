@@ -1,0 +1,126 @@
+r"""``bnnzoo.inference.MCMC``: Pyro's ``MCMC`` driver with NumPyro's ``chain_method``.
+
+``MCMC(kernel, num_samples, warmup_steps, num_chains=C, chain_method=...)`` takes
+Pyro's constructor and adds one keyword:
+
+* ``"vectorized"``: the C chains advance as one ``[C, D]`` batch inside one bnnzoo
+  kernel (a :class:`~bnnzoo.inference.kernels.base.FlatKernel`): one batched
+  potential evaluation per leapfrog step for all chains;
+* ``"sequential"``: C Pyro chains one after another in this process;
+* ``"parallel"``: Pyro's own choice (worker processes when there are more CPUs
+  than chains, else sequential).
+
+Whichever way they are computed, C chains are C chains: ``get_samples()`` is
+``[C * num_samples, ...]`` (it feeds :class:`pyro.infer.Predictive` directly),
+``get_samples(group_by_chain=True)`` is ``[C, num_samples, ...]``, and
+``summary()`` and ``diagnostics()`` compute R-hat and ESS across the C chains.
+:meth:`MCMC.sample_stats` gives every per-draw statistic as ``[C, num_samples]``.
+
+Example
+-------
+>>> mcmc = MCMC(ChEESHMC(model), num_samples=500, warmup_steps=500, num_chains=8, chain_method="vectorized")
+>>> mcmc.run(x, y)
+>>> Predictive(model, posterior_samples=mcmc.get_samples())(x)["obs"].shape   # [8 * 500, N]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from pyro.infer import MCMC as PyroMCMC
+from pyro.infer.mcmc.api import _UnarySampler
+
+from .. import validation
+from .kernels.base import FlatKernel
+
+__all__ = ["CHAIN_METHODS", "MCMC"]
+
+CHAIN_METHODS = ("parallel", "sequential", "vectorized")
+
+
+def _split_diagnostics(diag: dict, num_chains: int) -> list[dict]:
+    """One vectorized kernel's ``diagnostics()`` (stats ``[draws, C]``, ``[draws]`` for one chain)
+    as C per-chain dicts."""
+    if num_chains == 1:
+        return [diag]
+    out = []
+    for c in range(num_chains):
+        one = {k: v for k, v in diag.items() if k not in ("divergences", "sample_stats", "warmup_sample_stats",
+                                                           "final_state", "acceptance rate", "num_chains")}
+        stats = {k: np.asarray(v)[:, c] for k, v in (diag.get("sample_stats") or {}).items()}
+        warm = {k: np.asarray(v)[:, c] for k, v in (diag.get("warmup_sample_stats") or {}).items()}
+        one["sample_stats"], one["warmup_sample_stats"], one["num_chains"] = stats, warm, 1
+        one["divergences"] = np.flatnonzero(stats["diverging"]).tolist() if "diverging" in stats else []
+        if "acceptance_rate" in stats:
+            one["acceptance rate"] = float(np.mean(stats["acceptance_rate"]))
+        if diag.get("final_state"):
+            one["final_state"] = {name: {site: np.asarray(a)[c:c + 1] for site, a in sites.items()}
+                                  for name, sites in diag["final_state"].items()}
+        out.append(one)
+    return out
+
+
+class MCMC(PyroMCMC):
+    """:class:`pyro.infer.MCMC` with ``chain_method`` (module docstring); every other
+    argument is Pyro's.
+
+    :param str chain_method: ``"parallel"`` (default, Pyro's behaviour), ``"sequential"``
+        or ``"vectorized"`` (a bnnzoo kernel only).
+    """
+
+    def __init__(self, kernel, num_samples, warmup_steps=None, initial_params=None, num_chains=1, hook_fn=None,
+                 mp_context=None, disable_progbar=False, disable_validation=True, transforms=None,
+                 save_params=None, chain_method="parallel"):
+        validation.one_of("chain_method", chain_method, CHAIN_METHODS)
+        validation.integer("num_chains", num_chains, 1)
+        self.chain_method = chain_method
+        self._vectorized_chains = num_chains if chain_method == "vectorized" else None
+        if chain_method == "vectorized":
+            if not isinstance(kernel, FlatKernel):
+                raise ValueError(f"chain_method='vectorized' needs a bnnzoo kernel (a FlatKernel), got "
+                                 f"{type(kernel).__name__}; use chain_method='sequential' or 'parallel'")
+            kernel.set_num_chains(num_chains)
+            if initial_params is not None:
+                kernel.initial_params = initial_params  # [C, ...] per site: the kernel's own batch
+                initial_params = None
+            num_chains = 1
+        elif isinstance(kernel, FlatKernel) and kernel.num_chains != 1:
+            kernel.set_num_chains(1)  # one chain per Pyro chain
+        super().__init__(kernel, num_samples, warmup_steps, initial_params, num_chains, hook_fn, mp_context,
+                         disable_progbar, disable_validation, transforms, save_params)
+        if chain_method == "sequential" and not isinstance(self.sampler, _UnarySampler):
+            # Pyro has no public switch: its one-process sampler, as it uses when CPUs are short
+            self.sampler = _UnarySampler(kernel, num_samples, self.warmup_steps, num_chains, disable_progbar,
+                                         initial_params=self.sampler.initial_params, hook=hook_fn)
+
+    def run(self, *args, **kwargs):
+        if self._vectorized_chains is not None:
+            self.num_chains = 1  # what Pyro's loop runs: one chain holding the C-chain batch
+        super().run(*args, **kwargs)
+        if self._vectorized_chains is not None:
+            chains = self._vectorized_chains
+            if chains > 1:  # [1, draws, C, ...] -> [C, draws, ...] (one chain has no chain dim inside)
+                self._samples = {k: torch.movedim(v[0], 1, 0) for k, v in self._samples.items()}
+            self._diagnostics = _split_diagnostics(self._diagnostics[0], chains)
+            self.num_chains = chains
+
+    def sample_stats(self, warmup: bool = False) -> dict[str, np.ndarray]:
+        """Every per-draw statistic the kernel recorded, ``[chain, draw]`` (``warmup``: of the warm-up
+        iterations); for a stock Pyro kernel only ``diverging`` (from its divergence indices)."""
+        key = "warmup_sample_stats" if warmup else "sample_stats"
+        rows = [d or {} for d in self._diagnostics]
+        if rows and rows[0].get(key):
+            return {k: np.stack([np.asarray(r[key][k]) for r in rows]) for k in rows[0][key]}
+        if warmup:
+            return {}
+        diverging = np.zeros((self.num_chains, self.num_samples), dtype=bool)
+        for c, r in enumerate(rows):
+            diverging[c, np.asarray(r.get("divergences", []), dtype=int)] = True
+        return {"diverging": diverging}
+
+    def final_state(self, name: str) -> dict[str, np.ndarray] | None:
+        """A kernel's final per-chain arrays (``"inclusion_prob"``, ``"pruning_mask"``), ``[chain, ...]``."""
+        rows = [((d or {}).get("final_state") or {}).get(name) for d in self._diagnostics]
+        if not rows or any(r is None for r in rows):
+            return None
+        return {site: np.concatenate([np.asarray(r[site]) for r in rows]) for site in rows[0]}
