@@ -15,6 +15,7 @@ import pyro
 import torch
 import torch.nn.functional as F
 from pyro.nn import PyroModule
+from pyro.poutine.runtime import get_plates
 
 from .likelihoods import Bernoulli, Likelihood
 from .priors import Site
@@ -164,12 +165,60 @@ class BNN(PyroModule):
         return self.log_prior(values) + self.log_likelihood(values, x, y).sum(-1)
 
     # ----------------------------------------------------------- the model
+    def _outer_batch(self, site: Site, value: torch.Tensor, outer_rank: int) -> torch.Size:
+        """The batch shape of ``value`` outside the ``data`` plate.
+
+        Under ``outer_rank`` enclosing plates (dims ``-2 ... -outer_rank-1``, the
+        ``data`` plate being dim -1) a latent value drawn by Pyro has the batch
+        shape ``[*outer, 1]``: its last batch dim is the data plate's slot. A value
+        supplied from outside (``Predictive``'s posterior samples ``[S, *site_shape]``)
+        may come without that slot: ``[*outer]``. Without enclosing plates the
+        leading dims of a value are batch (chain) dims as they stand.
+        """
+        batch = value.shape[: value.dim() - len(site.shape)]
+        if outer_rank == 0 or len(batch) <= outer_rank:
+            return batch
+        if len(batch) == outer_rank + 1 and batch[-1] == 1:
+            return batch[:-1]
+        raise ValueError(
+            f"site {site.name!r}: value of shape {tuple(value.shape)} does not fit the site shape "
+            f"{site.shape} under {outer_rank} enclosing plate(s): expected [*batch, {site.shape}] "
+            f"with at most {outer_rank} batch dims, or [*batch, 1, {site.shape}]")
+
+    def _batched_apply(self, values: Mapping[str, torch.Tensor], x: torch.Tensor,
+                       batch: torch.Size) -> torch.Tensor:
+        """``apply`` for weights with any batch shapes broadcasting to ``batch``:
+        ``[*batch, N, out]`` (the batch is flattened to the one dim ``apply`` takes)."""
+        if len(batch) == 0:
+            return self.apply(values, x)
+        flat = {name: values[name].expand(batch + shape).reshape((-1,) + tuple(shape))
+                for name, shape in self.param_shapes.items() if name in values}
+        f = self.apply(flat, x)
+        return f.reshape(batch + f.shape[1:])
+
     def forward(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        values: dict[str, torch.Tensor] = {}
+        """Sample every latent site, then observe ``y`` in the plate ``data`` (dim -1).
+
+        Batch-safe: under enclosing plates (``Predictive(parallel=True)`` draws S
+        samples at once in a plate at dim -2) every latent value carries a batch
+        shape ``[*outer, 1]`` (or ``[*outer]`` when supplied as posterior samples);
+        the network output is ``[*outer, N, out]``, the likelihood's parameters
+        (a learned noise) ``[*outer]``, and ``obs`` has batch shape ``[*outer, N]``.
+        Returns the network output ``f``.
+        """
+        # enclosing plates take dims -2, -3, ...: the data plate is dim -1
+        outer_rank = max((-frame.dim - 1 for frame in get_plates() if frame.vectorized), default=0)
+        values: dict[str, torch.Tensor] = {}  # laid out as Pyro lays out batch dims: parents' input
+        chain: dict[str, torch.Tensor] = {}  # batch dims outside the data plate only
+        batches = []
         for site in self.sites:
-            values[site.name] = pyro.sample(site.name, self.site_distribution(site, values))
-        f = self.apply(values, x)
-        with pyro.plate("data", x.shape[0]):
-            pyro.sample(OBSERVED, self.likelihood.distribution(f, values),
+            value = pyro.sample(site.name, self.site_distribution(site, values))
+            batch = self._outer_batch(site, value, outer_rank)
+            batches.append(batch)
+            chain[site.name] = value.reshape(batch + site.shape)
+            values[site.name] = value if outer_rank == 0 else value.reshape(batch + (1,) + site.shape)
+        f = self._batched_apply(chain, x, torch.broadcast_shapes(*batches))
+        with pyro.plate("data", x.shape[0], dim=-1):
+            pyro.sample(OBSERVED, self.likelihood.distribution(f, chain),
                         obs=None if y is None else self.observed(y))
         return f
