@@ -11,7 +11,7 @@ import torch
 from pyro.infer import MCMC
 from pyro.nn import PyroModule, PyroSample
 
-from bnnzoo.inference import ChEESHMC, FixedStepHMC, ProximalHMC, RandomWalkMH
+from bnnzoo.inference import MCMC, SGHMC, SGLD, ChEESHMC, FixedStepHMC, ProximalHMC, RandomWalkMH
 from tests.support.targets import assert_moments
 
 
@@ -72,3 +72,26 @@ def test_nan_proposals_on_a_pyro_module_are_counted_divergences(kernel_cls, opti
     assert (samples["sigma"] > 0).all()
     stats = mcmc._diagnostics[0]["sample_stats"]
     assert np.array_equal(np.asarray(stats["diverging"]).sum(), len(mcmc._diagnostics[0]["divergences"]))
+
+
+def normal_model():
+    pyro.sample("x", dist.Normal(1.0, 2.0))
+
+
+@pytest.mark.parametrize("kernel_cls, options, draws", [
+    (RandomWalkMH, {"scale": 2.0}, 1500),
+    (FixedStepHMC, {"step_size": 0.5, "num_steps": 4}, 800),
+    (ChEESHMC, {}, 800),
+    (ProximalHMC, {"step_size": 0.5, "num_steps": 4}, 800),
+    (SGLD, {"step_size": 0.4, "thin": 4}, 1000),
+    (SGHMC, {"step_size": 0.1, "friction": 0.3, "thin": 4}, 1000),
+], ids=["rwmh", "fixed_hmc", "chees", "proximal_hmc", "sgld", "sghmc"])
+def test_every_kernel_samples_a_model_without_arguments_exactly(kernel_cls, options, draws):
+    """x ~ N(1, 2^2) with no data: ESS first, then mean and sd within 5 MCSE (the SG-MCMC
+    step sizes keep their O(step) bias near one MCSE: SGLD's stationary sd here is 2 / sqrt(1 - 0.4 / 8) = 2.05)."""
+    pyro.set_rng_seed(1)
+    mcmc = MCMC(kernel_cls(normal_model, **options), num_samples=draws, warmup_steps=300, num_chains=4,
+                chain_method="vectorized", disable_progbar=True)
+    mcmc.run()
+    x = mcmc.get_samples(group_by_chain=True)["x"].double().numpy()[..., None]  # [4, draws, 1]
+    assert_moments(x, np.array([1.0]), np.array([2.0]), min_ess=300)
