@@ -13,6 +13,16 @@ chains); ``shared_minibatch=True`` gives all chains the same rows (one cheaper
 batched forward pass). ``batch_size=None`` uses the full data (and is the only
 choice for a potential without data, e.g. a known target density).
 
+Minibatches come from a :class:`~bnnzoo.models.BNN` (the fast
+:meth:`BNNPotential.minibatch_value_and_grad`) or from any Pyro model written
+with Pyro's own idiom, ``with pyro.plate("data", N, subsample_size=B) as ind:``
+around the observations (indexed by ``ind``): :class:`PyroPotential` conditions
+the plate on each iteration's rows, and Pyro scales the log likelihood by N/B.
+B is ``batch_size``; the model's own ``subsample_size`` only marks the plate
+(``batch_size`` wins, and ``batch_size=None`` uses all N rows). A Pyro model
+without a subsample plate refuses a ``batch_size``. The spike-and-slab SA and
+group-sparse kernels need BNN sites and stay BNN-only.
+
 There is no Metropolis test (the chain is exact only as the step size goes to
 zero), so no ``acceptance_rate`` is recorded. A chain whose minibatch potential
 or gradient is NaN/inf, or whose step leaves the finite numbers, keeps its
@@ -43,6 +53,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..potential import PyroPotential
 from ..pruning import MagnitudePruning
 from ..sgmcmc import SCHEDULES, StepSizeSchedule, finite_chains, inverse_temperature_at, keep_chains, minibatch_rows
 from .base import BaseOptions, FlatKernel
@@ -118,6 +129,12 @@ class SGMCMCKernel(FlatKernel):
     thinning, pruning and statistics. A subclass gives :meth:`step` (and may
     override :meth:`force` for another gradient, as the spike-and-slab kernels do).
     Options: a :class:`SGMCMCOptions`.
+
+    ``batch_size`` needs a potential with ``num_data`` and
+    ``minibatch_value_and_grad(theta, rows)``: a BNN, or a Pyro model whose
+    observations sit in ``pyro.plate(name, N, subsample_size=...)`` (any
+    ``subsample_size``: the plate is conditioned on ``batch_size`` rows, see
+    :class:`~bnnzoo.inference.potential.PyroPotential`).
     """
 
     Options = SGMCMCOptions
@@ -166,10 +183,13 @@ class SGMCMCKernel(FlatKernel):
         """Clear errors for a minibatch the potential cannot give."""
         if self.batch_size is None:
             return
+        if isinstance(potential, PyroPotential):  # a subsample plate of one size, no local latent
+            potential.check_minibatch(self.batch_size)
         num_data = getattr(potential, "num_data", None)
         if num_data is None or not hasattr(potential, "minibatch_value_and_grad"):
-            raise ValueError(f"batch_size={self.batch_size}: minibatches need a BNN model (a potential "
-                             f"with data); use batch_size=None for {type(potential).__name__}")
+            raise ValueError(f"batch_size={self.batch_size}: minibatches need a BNN model or a Pyro model with "
+                             f"a subsample plate (a potential with data); use batch_size=None for "
+                             f"{type(potential).__name__}")
         if self.batch_size > num_data:
             raise ValueError(f"batch_size={self.batch_size} is larger than the {num_data} training rows")
 

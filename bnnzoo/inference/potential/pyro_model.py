@@ -1,16 +1,23 @@
-"""Pyro's own potential of an arbitrary model on the flat layout (:class:`PyroPotential`).
+"""Pyro's own potential of an arbitrary model on the flat layout (:class:`PyroPotential`),
+with the full-data potential and the minibatch estimate of a model that subsamples
+its data with ``pyro.plate(..., subsample_size=B)``.
 
 Named ``pyro_model`` so that it does not shadow the ``pyro`` package inside this package.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import contextvars
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator
 
 import pyro
 import torch
+from pyro import poutine
 from pyro.infer.mcmc.util import initialize_model
 from pyro.ops.integrator import potential_grad
+from pyro.poutine.subsample_messenger import SubsampleMessenger, _Subsample
 from torch.distributions.transforms import identity_transform
 
 from ...models.l1 import laplace_l1_weight
@@ -28,6 +35,80 @@ def _out_of_support(err: ValueError) -> bool:
     return any(marker in text for marker in _OUT_OF_SUPPORT)
 
 
+# ------------------------------------------------------------ subsample plates
+#: names of the plates whose size comes from the indices they are conditioned on (this context)
+_FREE_PLATES: contextvars.ContextVar[frozenset] = contextvars.ContextVar("bnnzoo_free_plates", default=frozenset())
+_PYRO_SUBSAMPLE = SubsampleMessenger.__dict__["_subsample"]  # Pyro's staticmethod
+_patch_lock = threading.Lock()
+_patch_depth = 0
+
+
+def _subsample_free(name, size=None, subsample_size=None, subsample=None, *args, **kwargs):
+    """Pyro's ``SubsampleMessenger._subsample``, except that a plate named in
+    :data:`_FREE_PLATES` forgets its ``subsample_size``: it takes ``len(indices)``
+    of the indices it is conditioned on (and scales by ``size / len(indices)``)."""
+    if name in _FREE_PLATES.get():
+        subsample_size = None
+    return _PYRO_SUBSAMPLE.__func__(name, size, subsample_size, subsample, *args, **kwargs)
+
+
+@contextmanager
+def free_subsample_size(names: Iterable[str]) -> Iterator[None]:
+    """Inside this context the plates ``names`` ignore their ``subsample_size``.
+
+    Pyro 1.9 refuses a plate conditioned on a number of indices other than its
+    ``subsample_size`` ("subsample_size does not match len(subsample)"), and
+    ``initialize_model`` refuses any plate with ``subsample_size < size``, even
+    conditioned on all its indices. Here the named plates take their minibatch
+    size from the indices they are conditioned on, so a model conditioned on
+    ``torch.arange(size)`` is the full-data model (scale 1) and one conditioned on
+    B rows has Pyro's own N/B scale. Pyro's ``_subsample`` is replaced only while
+    some such context is open (re-entrant, one lock); other plates, and every plate
+    in another thread or context, behave exactly as in Pyro.
+    """
+    global _patch_depth
+    names = frozenset(names)
+    if not names:
+        yield
+        return
+    token = _FREE_PLATES.set(_FREE_PLATES.get() | names)
+    with _patch_lock:
+        if _patch_depth == 0:
+            SubsampleMessenger._subsample = staticmethod(_subsample_free)
+        _patch_depth += 1
+    try:
+        yield
+    finally:
+        with _patch_lock:
+            _patch_depth -= 1
+            if _patch_depth == 0:
+                SubsampleMessenger._subsample = _PYRO_SUBSAMPLE
+        _FREE_PLATES.reset(token)
+
+
+def find_subsample_plates(model: Callable, args=(), kwargs=None) -> tuple[dict[str, tuple[int, int]], dict[str, list]]:
+    """Subsample plates on one trace of ``model`` (latents drawn from the prior):
+    ``({plate: (size, subsample_size)}, {plate: [latent sites inside it]})`` for
+    every plate whose ``subsample_size`` is smaller than its size (the plate's
+    sample site with a ``_Subsample`` distribution, named like the plate, holds its indices)."""
+    # on a forked random stream: finding the plates leaves the caller's draws as they were
+    with pyro.validation_enabled(False), torch.no_grad(), torch.random.fork_rng(devices=[]):
+        trace = poutine.trace(model).get_trace(*args, **(kwargs or {}))
+    plates = {}
+    for name, site in trace.nodes.items():
+        fn = site.get("fn") if site["type"] == "sample" else None
+        if isinstance(fn, _Subsample) and fn.subsample_size is not None and fn.subsample_size < fn.size:
+            plates[name] = (int(fn.size), int(fn.subsample_size))
+    local: dict[str, list] = {name: [] for name in plates}
+    for name, site in trace.nodes.items():
+        if site["type"] != "sample" or site["is_observed"] or isinstance(site["fn"], _Subsample):
+            continue
+        for frame in site["cond_indep_stack"]:
+            if frame.name in local:
+                local[frame.name].append(name)
+    return plates, {p: sites for p, sites in local.items() if sites}
+
+
 class PyroPotential(FlatPotential):
     """Pyro's own potential of an arbitrary model, on the flat layout.
 
@@ -37,12 +118,35 @@ class PyroPotential(FlatPotential):
     ``MCMC.run`` keep the validation setting of their construction) the potential
     is NaN with a NaN gradient, never an exception: the kernel rejects the proposal
     and counts a divergence.
+
+    **Subsample plates.** A model written with Pyro's minibatch idiom,
+    ``with pyro.plate("data", N, subsample_size=B) as ind: pyro.sample("obs", ..., obs=y[ind])``,
+    is detected on one trace of the model (:func:`find_subsample_plates`:
+    :attr:`subsample_plates`). The potential itself (``__call__``,
+    :meth:`value_and_grad`, :meth:`potential_fn`: what NUTS, HMC, ChEES, RWMH and
+    the SG-MCMC kernels with ``batch_size=None`` use) is the exact full-data one:
+    every subsample plate is conditioned on ``torch.arange(N)`` (scale N/N = 1).
+    :meth:`minibatch_value_and_grad` conditions the plates on given rows instead,
+    and Pyro's plate scales the log likelihood by N/B itself, as in Pyro's SVI.
+    The number of rows B is the caller's (the SG-MCMC ``batch_size`` option), not
+    the model's ``subsample_size``: ``batch_size`` wins, the model's
+    ``subsample_size`` only marks the plate (:func:`free_subsample_size`).
+    :attr:`num_data` is the plates' size (None without a subsample plate);
+    minibatches need all subsample plates of one size and no latent site inside
+    them (:meth:`check_minibatch`).
     """
 
     def __init__(self, model: Callable, args=(), kwargs=None):
-        init, fn, transforms, _ = initialize_model(model, tuple(args), kwargs or {})
-        self._fn = fn
         self._model, self._args, self._kwargs = model, tuple(args), dict(kwargs or {})
+        plates, self._local_latents = find_subsample_plates(model, self._args, self._kwargs)
+        #: ``{plate name: (size N, the model's subsample_size)}`` of the model's subsample plates
+        self.subsample_plates = plates
+        #: what the subsample plates are conditioned on: all indices, or a minibatch's rows
+        self._plate_rows = {name: torch.arange(size) for name, (size, _) in plates.items()}
+        self._full_model = poutine.condition(model, data=self._plate_rows) if plates else model
+        with self._free():
+            init, fn, transforms, _ = initialize_model(self._full_model, self._args, self._kwargs)
+        self._fn = fn
         self.names = sorted(init)
         self.shapes = {n: tuple(init[n].shape) for n in self.names}
         self.transforms = {n: transforms.get(n, identity_transform) for n in self.names}
@@ -54,7 +158,8 @@ class PyroPotential(FlatPotential):
             if not bool(torch.isfinite(theta).all()):
                 return torch.full((), float("nan"), dtype=theta.dtype)
             try:
-                return self._fn(self.unflatten(theta))
+                with self._free():
+                    return self._fn(self.unflatten(theta))
             except ValueError as err:
                 if not _out_of_support(err):
                     raise
@@ -69,7 +174,8 @@ class PyroPotential(FlatPotential):
         if not bool(torch.isfinite(theta).all()):
             return nan
         try:
-            grads, value = potential_grad(self._fn, self.unflatten(theta.detach()))
+            with self._free():
+                grads, value = potential_grad(self._fn, self.unflatten(theta.detach()))
         except ValueError as err:
             if not _out_of_support(err):
                 raise
@@ -77,7 +183,71 @@ class PyroPotential(FlatPotential):
         return value.detach(), self.flatten(grads)
 
     def potential_fn(self, params):
-        return self._fn(params)
+        with self._free():
+            return self._fn(params)
+
+    # -------------------------------------------------------- minibatches
+    def _free(self):
+        return free_subsample_size(self.subsample_plates)
+
+    @property
+    def num_data(self) -> int | None:
+        """N, the size of the model's subsample plates (None without one). Several
+        subsample plates of different sizes have no single N: a ValueError naming them."""
+        sizes = {size for size, _ in self.subsample_plates.values()}
+        if len(sizes) > 1:
+            plates = ", ".join(f"{n!r} (size {size})" for n, (size, _) in self.subsample_plates.items())
+            raise ValueError(f"the model has subsample plates of different sizes, {plates}: minibatches "
+                             "need one data size; give every subsample plate the same size, or drop "
+                             "subsample_size from all but one")
+        return sizes.pop() if sizes else None
+
+    def check_minibatch(self, batch_size: int, option: str = "batch_size") -> None:
+        """Clear errors, before any sampling, when this model cannot give minibatches of ``batch_size`` rows."""
+        if not self.subsample_plates:
+            raise ValueError(
+                f"{option}={batch_size}: the Pyro model has no subsample plate to draw minibatches from; wrap "
+                f"its observations in pyro.plate(name, N, subsample_size={batch_size}) (indexing the data with "
+                f"the plate's indices), or use {option}=None for the full data")
+        num_data = self.num_data  # refuses plates of different sizes
+        if self._local_latents:
+            where = "; ".join(f"{sites} in plate {p!r}" for p, sites in self._local_latents.items())
+            raise ValueError(f"{option}={batch_size}: minibatches of a Pyro model need every latent site outside "
+                             f"its subsample plates (a minibatch would change their shapes), found {where}; "
+                             f"use {option}=None")
+        if batch_size > num_data:
+            raise ValueError(f"{option}={batch_size} is larger than the {num_data} training rows")
+
+    @contextmanager
+    def _conditioned_on(self, rows: Tensor) -> Iterator[None]:
+        """Every subsample plate conditioned on ``rows`` ``[B]`` (then back on all indices)."""
+        rows = rows.to(torch.long)
+        full = dict(self._plate_rows)
+        self._plate_rows.update({name: rows for name in self.subsample_plates})
+        try:
+            yield
+        finally:
+            self._plate_rows.update(full)
+
+    def minibatch_value_and_grad(self, theta: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Unbiased minibatch estimate of ``U`` and its gradient: the model with every
+        subsample plate conditioned on ``rows`` (Pyro scales the plate's log
+        likelihood by N/B), per chain. ``rows``: ``[B]`` (the same rows for every
+        chain) or ``[C, B]`` (chain c on ``rows[c]``) for ``theta`` ``[C, D]``;
+        ``[B]`` for ``theta`` ``[D]``."""
+        self.check_minibatch(rows.shape[-1], "rows")
+        if theta.dim() > 1:
+            if rows.dim() == 1:
+                rows = rows.expand(theta.shape[0], -1)
+            if rows.shape[:-1] != theta.shape[:-1]:
+                raise ValueError(f"rows {tuple(rows.shape)} do not match theta {tuple(theta.shape)}: "
+                                 "give [B] or one row set per chain [C, B]")
+            values, grads = zip(*(self.minibatch_value_and_grad(t, r) for t, r in zip(theta, rows)))
+            return torch.stack(values), torch.stack(grads)
+        if rows.dim() != 1:
+            raise ValueError(f"rows {tuple(rows.shape)} for one chain: give [B]")
+        with self._conditioned_on(rows):
+            return self.value_and_grad(theta)
 
     def l1_weights(self, spike_and_slab: bool = False) -> Tensor:
         """``[D]`` L1 weights detected on the model's trace: ``1/scale`` (times the
@@ -86,12 +256,10 @@ class PyroPotential(FlatPotential):
         with a scale that depends on no latent value, unmasked, with an identity
         transform; 0 elsewhere. ``spike_and_slab`` is accepted for symmetry with
         :class:`BNNPotential` (plain Pyro models have no spike-and-slab site)."""
-        from pyro import poutine
-
         values = {n: self.transforms[n].inv(u).detach().clone().requires_grad_(True)
                   for n, u in self.initial.items()}
-        with torch.enable_grad(), pyro.validation_enabled(False):
-            trace = poutine.trace(poutine.condition(self._model, data=values)).get_trace(
+        with torch.enable_grad(), pyro.validation_enabled(False), self._free():
+            trace = poutine.trace(poutine.condition(self._full_model, data=values)).get_trace(
                 *self._args, **self._kwargs)
         parts = []
         for name in self.names:
