@@ -8,7 +8,6 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from pyro.infer import MCMC
 from pyro.nn import PyroModule, PyroSample
 
 from bnnzoo.inference import MCMC, SGHMC, SGLD, ChEESHMC, FixedStepHMC, ProximalHMC, RandomWalkMH
@@ -25,11 +24,10 @@ def laplace_model():
 ], ids=["proximal_hmc", "rwmh"])
 def test_a_model_without_arguments_samples_its_exact_posterior(kernel_cls, options):
     pyro.set_rng_seed(0)
-    mcmc = MCMC(kernel_cls(laplace_model, num_chains=4, **options), num_samples=1500, warmup_steps=300,
-                disable_progbar=True)
+    mcmc = MCMC(kernel_cls(laplace_model, **options), num_samples=1500, warmup_steps=300, num_chains=4,
+                chain_method="vectorized", disable_progbar=True)
     mcmc.run()
-    x = mcmc.get_samples()["x"].numpy()  # [draws, 4]
-    draws = np.moveaxis(x, 1, 0)[..., None]
+    draws = mcmc.get_samples(group_by_chain=True)["x"].numpy()[..., None]  # [4, draws, 1]
     assert_moments(draws, np.zeros(1), np.array([math.sqrt(2.0)]), min_ess=400)  # Laplace(0, 1): var 2
     ess_abs = float(az.ess(np.abs(draws[..., 0])))
     mcse = np.abs(draws).std() / math.sqrt(ess_abs)
@@ -55,7 +53,7 @@ class Net(PyroModule):
 
 
 @pytest.mark.parametrize("kernel_cls, options", [
-    (ChEESHMC, {"num_chains": 4, "step_size": 1.0}),
+    (ChEESHMC, {"step_size": 1.0}),
     (ProximalHMC, {"step_size": 1.0, "num_steps": 10}),
     (FixedStepHMC, {"step_size": 2.0, "num_steps": 10}),
 ], ids=["chees", "proximal_hmc", "fixed_hmc"])
@@ -65,13 +63,14 @@ def test_nan_proposals_on_a_pyro_module_are_counted_divergences(kernel_cls, opti
     pyro.set_rng_seed(0)
     x = torch.linspace(-2, 2, 30).unsqueeze(-1)
     y = torch.sin(2 * x[:, 0]) + 0.1 * torch.randn(30)
-    mcmc = MCMC(kernel_cls(Net(), **options), num_samples=20, warmup_steps=20, disable_progbar=True)
+    mcmc = MCMC(kernel_cls(Net(), **options), num_samples=20, warmup_steps=20, num_chains=4,
+                chain_method="vectorized", disable_progbar=True)
     mcmc.run(x, y)
     samples = mcmc.get_samples()
     assert all(torch.isfinite(v).all() for v in samples.values())
     assert (samples["sigma"] > 0).all()
-    stats = mcmc._diagnostics[0]["sample_stats"]
-    assert np.array_equal(np.asarray(stats["diverging"]).sum(), len(mcmc._diagnostics[0]["divergences"]))
+    divergences = mcmc.diagnostics()["divergences"]
+    assert sum(len(d) for d in divergences.values()) == mcmc.sample_stats()["diverging"].sum()
 
 
 def normal_model():
