@@ -12,10 +12,16 @@ posterior
     dims: ``layers.0.weight -> (layers.0.weight_out, layers.0.weight_in)``, conv
     kernels ``(_out, _in, _kh, _kw)``, biases ``(_out,)``; other sites ``<name>_dim_<k>``.
 sample_stats
-    ArviZ names (``lp``, ``acceptance_rate``, ``diverging`` (bool), ``energy``,
-    ``step_size``, ``n_steps``, ``tree_depth``) plus any engine extras.
+    ArviZ names (``lp``, ``acceptance_rate``, ``diverging`` (bool), ``energy`` (H at
+    the accepted state), ``energy_error``, ``max_energy_error``, ``step_size``,
+    ``step_size_nom``, ``n_steps``, ``tree_depth`` (int64)) plus any engine extras;
+    every float statistic float64.
 log_likelihood, posterior_predictive, observed_data, constant_data
     For the training data: ``obs (chain, draw, obs_id)``, ``x (obs_id, feature)``.
+prior, prior_predictive
+    Draws from the model's priors at the training inputs (``pyro.infer.Predictive``;
+    a plain Pyro model with its observed sites unconditioned), one chain: the
+    posterior's site names and dims, and the observed sites (``obs``).
 predictions
     ``f_mean``: the predictive mean (regression) or class probabilities
     (classification) at the test inputs, per draw.
@@ -84,9 +90,14 @@ class _Source:
 
 
 # ------------------------------------------------------------- the entry point
+#: the most prior draws ``to_inference_data`` takes by default
+MAX_PRIOR_SAMPLES = 500
+
+
 def to_inference_data(run_or_mcmc, *, model=None, data=None, log_likelihood: bool = True,
-                      posterior_predictive: bool = True, predictions: bool = True,
-                      chunk_size: int = 256, seed: int = 0) -> az.InferenceData:
+                      posterior_predictive: bool = True, predictions: bool = True, prior: bool = True,
+                      num_prior_samples: int | None = None, chunk_size: int = 256,
+                      seed: int = 0) -> az.InferenceData:
     """Convert a :class:`~bnnzoo.results.Run` or a finished ``pyro.infer.MCMC`` to InferenceData.
 
     Parameters
@@ -104,6 +115,11 @@ def to_inference_data(run_or_mcmc, *, model=None, data=None, log_likelihood: boo
         :class:`~bnnzoo.data.Dataset` (train split; test split for ``predictions``).
     log_likelihood, posterior_predictive, predictions : bool
         Build these groups (when a model and data are known).
+    prior : bool
+        Build ``prior`` and ``prior_predictive`` (when a model and data are known).
+    num_prior_samples : int, optional
+        Prior draws (one chain); None: the number of posterior draws, at most
+        ``MAX_PRIOR_SAMPLES`` (500); 0: no prior groups.
     chunk_size : int
         Draws evaluated together by the BNN path.
     seed : int
@@ -127,7 +143,12 @@ def to_inference_data(run_or_mcmc, *, model=None, data=None, log_likelihood: boo
     else:
         raise TypeError(f"to_inference_data: expected a bnnzoo Run or a pyro.infer.MCMC, "
                         f"got {type(run_or_mcmc).__name__}")
-    return _build(src, log_likelihood, posterior_predictive, predictions, chunk_size, seed)
+    if num_prior_samples is not None and (isinstance(num_prior_samples, bool) or
+                                          not isinstance(num_prior_samples, (int, np.integer))
+                                          or num_prior_samples < 0):
+        raise ValueError(f"num_prior_samples must be an integer >= 0 or None, got {num_prior_samples!r}")
+    num_prior = num_prior_samples if prior else 0
+    return _build(src, log_likelihood, posterior_predictive, predictions, chunk_size, seed, num_prior)
 
 
 def posterior_dataset(samples: Mapping[str, np.ndarray]) -> xr.Dataset:
@@ -239,6 +260,8 @@ def _stats(stats: Mapping[str, np.ndarray], dims: dict) -> dict[str, np.ndarray]
             v = v.astype(np.int64)
         elif v.dtype == object:
             raise ValueError(f"sample stat {k!r} is not numeric")
+        elif v.dtype.kind == "f" and v.dtype != np.float64:  # one float dtype for every engine
+            v = v.astype(np.float64)
         out[name] = v
         if v.ndim > 2:
             dims[name] = [f"{name}_dim_{i}" for i in range(v.ndim - 2)]
@@ -292,6 +315,40 @@ def _generic_groups(model, samples, args, seed: int):
     return ({k: shape(v) for k, v in ll.items()}, {k: shape(v) for k, v in pp.items()}, observed)
 
 
+def _observed_sites(model, args) -> dict[str, np.ndarray]:
+    """The observed values of a Pyro model's observed sites (one trace from the prior)."""
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        trace = poutine.trace(model).get_trace(*args)
+    return {name: np.atleast_1d(site["value"].numpy()) for name, site in trace.nodes.items()
+            if site["type"] == "sample" and site["is_observed"] and not site["infer"].get("_deterministic")}
+
+
+def _prior_groups(model, samples, args, observed: Mapping[str, np.ndarray], num: int, seed: int):
+    """``num`` draws of the model's priors and of its observed sites given them (one chain):
+    a BNN called without ``y``, any other model with its observed sites unconditioned."""
+    if isinstance(model, BNN):
+        fn, call_args = model, tuple(args[:1])
+    else:
+        fn, call_args = poutine.uncondition(model), tuple(args)
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed + 1)
+        names = list(samples) + [k for k in observed if k not in samples]
+        draws = pyro.infer.Predictive(fn, num_samples=num, return_sites=names, parallel=False)(*call_args)
+    prior, predictive = {}, {}
+    for name, value in draws.items():
+        value = value.detach().cpu().numpy()
+        if name in samples:
+            shape = np.asarray(samples[name]).shape[2:]
+            prior[name] = value.reshape((1, num) + shape)
+        elif name in observed:
+            want = np.asarray(observed[name])
+            value = value.reshape((1, num) + want.shape)
+            if np.issubdtype(want.dtype, np.integer) or (isinstance(model, BNN) and model.task == "classification"):
+                value = value.astype(want.dtype if np.issubdtype(want.dtype, np.integer) else np.int64)
+            predictive[name] = value
+    return prior, predictive
+
+
 def _attrs(src: _Source, chains: int, draws: int) -> dict[str, Any]:
     from .. import __version__
 
@@ -305,7 +362,7 @@ def _attrs(src: _Source, chains: int, draws: int) -> dict[str, Any]:
 
 # ------------------------------------------------------------------- build
 def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_size: int,
-           seed: int) -> az.InferenceData:
+           seed: int, num_prior: int | None = 0) -> az.InferenceData:
     chains, draws = _check_draws(src)
     model = src.model
     dims: dict[str, list[str]] = {
@@ -317,16 +374,24 @@ def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_si
     }
     if src.warmup_stats:
         groups["warmup_sample_stats"] = _stats(src.warmup_stats, {})
-    if model is not None and src.args and (want_ll or want_pp):
+    if num_prior is None:
+        num_prior = min(chains * draws, MAX_PRIOR_SAMPLES)
+    if model is not None and src.args and (want_ll or want_pp or num_prior):
         if isinstance(model, BNN):
             x, y = src.args[:2]
-            ll, pp = _bnn_groups(model, src.samples, x, y, chunk_size, seed, want_pp)
-            ll, pp, observed = {OBSERVED: ll}, ({OBSERVED: pp} if want_pp else {}), {OBSERVED: np.asarray(y)}
+            ll, pp = {}, {}
+            if want_ll or want_pp:
+                ll, pp = _bnn_groups(model, src.samples, x, y, chunk_size, seed, want_pp)
+                ll, pp = {OBSERVED: ll}, ({OBSERVED: pp} if want_pp else {})
+            observed = {OBSERVED: np.asarray(y)}
             groups["constant_data"] = {"x": np.asarray(x)}
             dims["x"] = ["obs_id", "feature"]
             dims[OBSERVED] = ["obs_id"]
         else:
-            ll, pp, observed = _generic_groups(model, src.samples, src.args, seed)
+            if want_ll or want_pp:
+                ll, pp, observed = _generic_groups(model, src.samples, src.args, seed)
+            else:
+                ll, pp, observed = {}, {}, _observed_sites(model, src.args)
             for name, value in observed.items():
                 dims[name] = [f"{name}_dim_{k}" for k in range(value.ndim)]
         if want_ll and ll:
@@ -335,6 +400,12 @@ def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_si
             groups["posterior_predictive"] = pp
         if observed:
             groups["observed_data"] = observed
+        if num_prior:
+            prior, prior_pp = _prior_groups(model, src.samples, src.args, observed, num_prior, seed)
+            if prior:
+                groups["prior"] = prior
+            if prior_pp:
+                groups["prior_predictive"] = prior_pp
     if want_pred and isinstance(model, BNN) and src.x_test is not None:
         f_mean = map_draws(model, src.samples, src.x_test, lambda v, f: model.likelihood.mean(f), chunk_size)
         groups["predictions"] = {"f_mean": f_mean}

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import math
+
 import torch
 
 Tensor = torch.Tensor
@@ -37,9 +39,40 @@ def leapfrog_step(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Ten
     return theta_new, p_half - 0.5 * step_size * grad_new, value_new, grad_new
 
 
+class EnergyTracker:
+    r"""The largest energy error along a trajectory, :math:`\max_t |H_t - H_0|` per chain.
+
+    Pass one to :func:`leapfrog` (``track_energy=``): after every step it adds the
+    step's :math:`H_t = U(\theta_t) + K(p_t)` (the potential comes with the step;
+    the kinetic energy is one ``[C, D]`` reduction). A step whose energy is not
+    finite makes the chain's maximum ``inf`` for good.
+
+    Parameters
+    ----------
+    energy : Tensor
+        :math:`H_0` ``[C]``, the energy at the start of the trajectory.
+    inv_mass : Tensor
+        ``[D]`` or ``[C, D]`` diagonal of :math:`M^{-1}`.
+    """
+
+    def __init__(self, energy: Tensor, inv_mass: Tensor):
+        self.energy = energy
+        self.inv_mass = inv_mass
+        self.max_error = torch.zeros_like(energy)
+
+    def update(self, value: Tensor, p: Tensor, active: Tensor | None = None) -> None:
+        """Add the step's energy ``value + K(p)``; ``active`` ``[C]`` masks chains that have stopped."""
+        error = (value + kinetic_energy(p, self.inv_mass) - self.energy).abs()
+        error = torch.where(torch.isnan(error), torch.full_like(error, math.inf), error)
+        if active is not None:
+            error = torch.where(active, error, torch.zeros_like(error))
+        self.max_error = torch.maximum(self.max_error, error)
+
+
 def leapfrog(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, num_steps: int | Tensor,
              value_and_grad: ValueAndGrad, inv_mass: Tensor, value: Tensor | None = None,
-             step: Callable | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+             step: Callable | None = None,
+             track_energy: EnergyTracker | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     r"""``num_steps`` leapfrog (velocity Verlet) steps of size :math:`\epsilon`:
 
     .. math::
@@ -70,6 +103,9 @@ def leapfrog(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, 
         One step ``(theta, p, grad, step_size, inv_mass) -> (theta', p', U', grad U')``
         to use instead of :func:`leapfrog_step` on ``value_and_grad``: e.g. a
         potential's compiled :meth:`~bnnzoo.inference.potential.FlatPotential.leapfrog_step`.
+    track_energy : EnergyTracker, optional
+        Updated with every step's energy (its ``max_error`` is then the
+        trajectory's largest :math:`|H_t - H_0|`); None (the default) costs nothing.
 
     Returns
     -------
@@ -90,8 +126,12 @@ def leapfrog(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, 
         theta_new, p_new, value_new, grad_new = step(theta, p, grad, step_size, inv_mass)
         if steps is None:
             theta, p, value, grad = theta_new, p_new, value_new, grad_new
+            if track_energy is not None:
+                track_energy.update(value, p)
             continue
         active = i < steps
+        if track_energy is not None:
+            track_energy.update(value_new, p_new, active)
         moving = active.unsqueeze(-1)
         theta = torch.where(moving, theta_new, theta)
         p = torch.where(moving, p_new, p)

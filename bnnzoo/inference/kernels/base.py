@@ -225,8 +225,11 @@ class FlatKernel(MCMCKernel):
             self._divergences.extend([draw] * int(row["diverging"].sum()))
 
     def _per_chain(self, value) -> np.ndarray:
-        """A statistic as ``[C]`` (scalar per chain) or ``[C, k]`` (a vector per chain)."""
+        """A statistic as ``[C]`` (scalar per chain) or ``[C, k]`` (a vector per chain); floats as
+        float64 (one float dtype for every statistic of every engine, as Pyro's NUTS gives)."""
         v = torch.as_tensor(value).detach().reshape(self.num_chains, -1).cpu().numpy()
+        if v.dtype.kind == "f" and v.dtype != np.float64:
+            v = v.astype(np.float64)
         return v[:, 0] if v.shape[1] == 1 else v
 
     # ----------------------------------------------------------- reporting

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import torch
 
 from ..adaptation import DualAveraging, PooledVariance, find_step_size, harmonic_mean_acceptance, mass_windows
-from ..integrators import kinetic_energy, leapfrog
+from ..integrators import EnergyTracker, kinetic_energy, leapfrog
 from ..tuning import resolve_target_accept
 from .base import BaseOptions, FlatKernel, metropolis_accept
 from ..options import flag, fraction, integer, option, optional, positive
@@ -35,7 +35,9 @@ MAX_ENERGY_ERROR = 1000.0
 
 
 class Trajectory(NamedTuple):
-    """The end of a leapfrog trajectory and its energies; ``error`` is inf where not ``finite``."""
+    """The end of a leapfrog trajectory and its energies: ``energy`` at the start, ``error`` the
+    end's minus that (inf where not ``finite``), ``max_error`` the largest :math:`|H_t - H_0|`
+    over the steps (inf if any step is not finite; None when not tracked)."""
 
     theta: Tensor
     p: Tensor
@@ -44,6 +46,7 @@ class Trajectory(NamedTuple):
     energy: Tensor
     error: Tensor
     finite: Tensor
+    max_error: Tensor | None = None
 
 
 def _same_key(a, b) -> bool:
@@ -71,10 +74,13 @@ class FixedStepHMC(FlatKernel):
     A NaN/inf energy, or an energy error above 1000, is a rejected divergence.
     Warm-up steps are plain burn-in. Options: :class:`HMCOptions`.
 
-    Per-draw statistics: ``acceptance_rate``, ``diverging``, ``energy`` (H at the
-    start, after the momentum refresh), ``energy_error`` (H at the proposal minus
-    that; inf if not finite), ``step_size``, ``n_steps`` and ``lp`` (:math:`-U`
-    of the new state).
+    Per-draw statistics (ArviZ's definitions): ``acceptance_rate``, ``diverging``,
+    ``energy`` (H at the accepted state: the proposal's where accepted, else the
+    start's after the momentum refresh), ``energy_error`` (H at the proposal minus H
+    at the start; inf if not finite), ``max_energy_error`` (the largest
+    :math:`|H_t - H_0|` over the leapfrog steps; inf if any is not finite),
+    ``step_size`` (the step each chain used), ``n_steps`` and ``lp`` (:math:`-U`
+    of the new state); floats as float64.
 
     Examples
     --------
@@ -89,7 +95,8 @@ class FixedStepHMC(FlatKernel):
     """
 
     Options = HMCOptions
-    stat_names = ("acceptance_rate", "diverging", "energy", "energy_error", "step_size", "n_steps", "lp")
+    stat_names = ("acceptance_rate", "diverging", "energy", "energy_error", "max_energy_error", "step_size",
+                  "n_steps", "lp")
 
     def _reset(self) -> None:
         super()._reset()
@@ -139,27 +146,35 @@ class FixedStepHMC(FlatKernel):
         self._force_cache = (theta, self.force_key(), value, force)
         self.remember(theta, value, force if self.force_key() is None else None)
 
-    def trajectory(self, theta: Tensor, p: Tensor, step: float | Tensor, num_steps: int) -> Trajectory:
-        """Leapfrog from ``(theta, p)``; a proposal that is not finite gets an infinite energy error."""
+    def trajectory(self, theta: Tensor, p: Tensor, step: float | Tensor, num_steps: int,
+                   track_energy: bool = False) -> Trajectory:
+        """Leapfrog from ``(theta, p)``; a proposal that is not finite gets an infinite energy error.
+        ``track_energy``: also the largest energy error over the steps (``max_error``)."""
         value, force = self.current(theta)
         energy = value + kinetic_energy(p, self.inv_mass)
+        tracker = EnergyTracker(energy, self.inv_mass) if track_energy else None
         theta_new, p_new, value_new, force_new = leapfrog(
-            theta, p, force, step, num_steps, self.evaluate, self.inv_mass, value, step=self.leapfrog_step_fn())
+            theta, p, force, step, num_steps, self.evaluate, self.inv_mass, value, step=self.leapfrog_step_fn(),
+            track_energy=tracker)
         energy_new = value_new + kinetic_energy(p_new, self.inv_mass)
         finite = torch.isfinite(energy_new) & torch.isfinite(theta_new).all(-1) & torch.isfinite(force_new).all(-1)
-        error = torch.where(finite, energy_new - energy, torch.full_like(energy, math.inf))
-        return Trajectory(theta_new, p_new, value_new, force_new, energy, error, finite)
+        inf = torch.full_like(energy, math.inf)
+        error = torch.where(finite, energy_new - energy, inf)
+        max_error = None
+        if tracker is not None:
+            max_error = torch.where(finite, torch.maximum(tracker.max_error, error.abs()), inf)
+        return Trajectory(theta_new, p_new, value_new, force_new, energy, error, finite, max_error)
 
-    def propose(self, theta: Tensor, num_steps: int) -> Trajectory:
+    def propose(self, theta: Tensor, num_steps: int, track_energy: bool = False) -> Trajectory:
         """Momentum refresh, this transition's step size and the leapfrog."""
         p = self.momentum(theta)
         self._last_step = self.step_sizes(theta)
-        return self.trajectory(theta, p, self._last_step, num_steps)
+        return self.trajectory(theta, p, self._last_step, num_steps, track_energy)
 
     # ------------------------------------------------------- sampling
     def transition(self, theta):
         num_steps = self.leapfrog_steps()
-        tr = self.propose(theta, num_steps)
+        tr = self.propose(theta, num_steps, track_energy=True)
         step = self._last_step
         log_ratio = torch.where(tr.finite, -tr.error, torch.full_like(tr.error, math.nan))
         accepted, prob, _ = metropolis_accept(log_ratio)
@@ -170,8 +185,10 @@ class FixedStepHMC(FlatKernel):
         force_out = torch.where(accepted.unsqueeze(-1), tr.force, force)
         self._remember_force(theta_out, value_out, force_out)
         step_stat = step.reshape(-1) if torch.is_tensor(step) else torch.full_like(prob, step)
-        stats = {"acceptance_rate": prob, "diverging": diverging, "energy": tr.energy, "energy_error": tr.error,
-                 "step_size": step_stat, "n_steps": torch.full(prob.shape, num_steps, dtype=torch.long),
+        energy_out = torch.where(accepted, tr.energy + tr.error, tr.energy)  # H at the accepted state
+        stats = {"acceptance_rate": prob, "diverging": diverging, "energy": energy_out, "energy_error": tr.error,
+                 "max_energy_error": tr.max_error, "step_size": step_stat,
+                 "n_steps": torch.full(prob.shape, num_steps, dtype=torch.long),
                  "lp": -value_out, **self.extra_stats(theta_out)}
         if self.in_warmup:
             self.adapt(theta, tr, prob, diverging, num_steps * float(self.step_size), theta_out)

@@ -151,10 +151,10 @@ class ProximalHMC(AdaptiveHMC):
     Laplace priors of a :class:`~bnnzoo.models.BNN`, Laplace sites of a plain Pyro
     model (detected on its trace).
 
-    Per-draw statistics: ``acceptance_rate``, ``diverging``, ``energy`` (H at the
-    start, after the momentum refresh), ``energy_error``, ``step_size`` (the
-    jittered step of each chain), ``n_steps``, ``lp`` (:math:`-U` of the new
-    state) and ``sparsity``. A continuous posterior puts no mass on exact zeros,
+    Per-draw statistics: those of :class:`~.hmc.FixedStepHMC` (``energy`` at the
+    accepted state, ``energy_error``, ``max_energy_error``, ...) with ``step_size``
+    the jittered step of each chain, plus ``step_size_nom`` (the un-jittered
+    :math:`\epsilon`) and ``sparsity``. A continuous posterior puts no mass on exact zeros,
     so ``sparsity`` counts near-zero weights, never exact ones.
 
     Examples
@@ -175,7 +175,7 @@ class ProximalHMC(AdaptiveHMC):
 
     Options = ProximalOptions
     target_family = "proximal_hmc"
-    stat_names = AdaptiveHMC.stat_names + ("sparsity",)
+    stat_names = AdaptiveHMC.stat_names + ("step_size_nom", "sparsity")
 
     # ------------------------------------------------------------ state
     def _reset(self) -> None:
@@ -270,7 +270,8 @@ class ProximalHMC(AdaptiveHMC):
         return small.to(theta.dtype).mean(-1)
 
     def extra_stats(self, theta: Tensor) -> dict[str, Tensor]:
-        return {"sparsity": self.sparsity(theta)}
+        nominal = torch.full((theta.shape[0],), float(self.step_size), dtype=theta.dtype)
+        return {"step_size_nom": nominal, "sparsity": self.sparsity(theta)}
 
     def warmup_acceptance(self, prob: Tensor, diverging: Tensor, finite: Tensor) -> float:
         """:func:`acceptance_statistic`: the harmonic mean times the fraction of finite proposals."""

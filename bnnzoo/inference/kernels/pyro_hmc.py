@@ -3,15 +3,23 @@
 Pyro's kernels keep only a running mean acceptance and a list of divergences.
 These subclasses run Pyro's own update unchanged and record, for every draw,
 the ArviZ statistics ``acceptance_rate``, ``step_size``, ``n_steps``,
-``tree_depth`` (NUTS), ``energy``, ``lp`` and ``diverging``; they come out of
-``diagnostics()["sample_stats"]`` like those of every bnnzoo kernel.
+``tree_depth`` (NUTS), ``energy``, ``energy_error``, ``max_energy_error``, ``lp``
+and ``diverging`` (floats as float64, ``n_steps``/``tree_depth`` int64, ``diverging``
+bool); they come out of ``diagnostics()["sample_stats"]`` like those of every
+bnnzoo kernel. Every read of Pyro's private state goes through
+:class:`PyroInternals` (a test checks that the installed Pyro has all of it).
 
 * ``acceptance_rate``: the transition's Metropolis acceptance probability (HMC)
   or mean acceptance over the trajectory (NUTS), recovered exactly from Pyro's
   running mean.
-* ``energy``: the Hamiltonian at the start of the transition, after the
-  momentum refresh, ``U(z) + K(r)``: the quantity whose marginal and
-  transition distributions ``az.plot_energy`` / E-BFMI compare.
+* ``energy``: the Hamiltonian ``U(z) + K(r)`` at the accepted state (ArviZ's
+  definition, what ``az.plot_energy`` / ``az.bfmi`` assume): HMC's proposal where
+  accepted, else the start (after the momentum refresh); NUTS's chosen leaf.
+* ``energy_error``: HMC: H at the proposal minus H at the start (inf if not finite;
+  the acceptance probability is ``min(1, exp(-energy_error))``); NUTS: H at the
+  accepted state minus H at the start (0 where the chain stays).
+* ``max_energy_error``: the largest ``|H_t - H_0|`` over the leapfrog steps (HMC's
+  trajectory step by step, NUTS's leaves); inf if any is not finite.
 * ``lp``: ``-U`` at the new draw (log joint in unconstrained space, Jacobian included).
 
 Their defaults are those of the ``nuts`` and ``hmc`` engines, one value per option in
@@ -22,17 +30,20 @@ model's smoothness, 0.8 for a smooth network or any other Pyro model); Pyro's ow
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
+import pyro
 from pyro.infer.mcmc import HMC as PyroHMC
 from pyro.infer.mcmc import NUTS as PyroNUTS
 
 from ..options import Options, flag, fraction, integer, option, optional, positive
 from ..tuning import resolve_target_accept
 
-__all__ = ["HMC", "HMCOptions", "NUTS", "NUTSOptions"]
+__all__ = ["HMC", "HMCOptions", "NUTS", "NUTSOptions", "PyroInternals"]
 
 
 @dataclass(frozen=True)
@@ -100,47 +111,179 @@ def _with_defaults(options_cls, model, kwargs: dict) -> dict:
     return {**defaults, **kwargs}
 
 
+class PyroInternals:
+    """Every access to Pyro's private HMC/NUTS internals, in one place.
+
+    Pyro's kernels keep only a running mean acceptance and a list of divergences;
+    the per-draw statistics are read from private attributes and hooks that Pyro
+    does not promise to keep. :meth:`missing` lists those absent from a kernel (a
+    test checks it against the installed Pyro; :meth:`check` raises at ``setup``).
+    """
+
+    #: instance attributes and methods of Pyro's ``HMC`` (and so ``NUTS``) read or wrapped here
+    HMC_ATTRS = ("_t", "_warmup_steps", "_mean_accept_prob", "_divergences", "_potential_energy_last", "_z_last",
+                 "_reset", "_kinetic_energy", "mass_matrix_adapter", "step_size", "num_steps")
+    #: NUTS's tree builders, wrapped to count leaves, depth and every leaf's energy
+    NUTS_ATTRS = ("_build_basetree", "_build_tree")
+    #: fields of the NUTS tree (``pyro.infer.mcmc.nuts._TreeInfo``) read from a leaf
+    TREE_FIELDS = ("z_proposal", "z_proposal_pe")
+    #: module globals: HMC's integrator, swapped for a step-by-step copy during a transition
+    MODULE_ATTRS = (("pyro.infer.mcmc.hmc", "velocity_verlet"), ("pyro.infer.mcmc.nuts", "_TreeInfo"))
+
+    @classmethod
+    def missing(cls, kernel) -> list[str]:
+        """Names of the internals this module relies on that ``kernel`` or Pyro lacks."""
+        import importlib
+
+        names = list(cls.HMC_ATTRS) + (list(cls.NUTS_ATTRS) if isinstance(kernel, PyroNUTS) else [])
+        out = [f"{type(kernel).__name__}.{n}" for n in names if not hasattr(kernel, n)]
+        for module, attr in cls.MODULE_ATTRS:
+            if not hasattr(importlib.import_module(module), attr):
+                out.append(f"{module}.{attr}")
+        tree = getattr(importlib.import_module("pyro.infer.mcmc.nuts"), "_TreeInfo", None)
+        if tree is not None:
+            out += [f"pyro.infer.mcmc.nuts._TreeInfo.{f}" for f in cls.TREE_FIELDS
+                    if f not in getattr(tree, "_fields", ())]
+        return out
+
+    @classmethod
+    def check(cls, kernel) -> None:
+        missing = cls.missing(kernel)
+        if missing:
+            raise RuntimeError(f"bnnzoo's {type(kernel).__name__} reads Pyro internals that Pyro {pyro.__version__} "
+                               f"lacks: {', '.join(missing)}; pin a Pyro version these exist in")
+
+    # ------------------------------------------------------------ reads
+    @staticmethod
+    def counters(kernel) -> tuple[int, int, float, int]:
+        """``(t, warmup_steps, mean_accept_prob, number of divergences)``."""
+        return kernel._t, kernel._warmup_steps, kernel._mean_accept_prob, len(kernel._divergences)
+
+    @staticmethod
+    def potential_energy(kernel):
+        """U at the chain's current state (None when Pyro's cache is clear)."""
+        return kernel._potential_energy_last
+
+    @staticmethod
+    def current_state(kernel):
+        """The dict of the chain's current (accepted) state, compared by identity."""
+        return kernel._z_last
+
+    @staticmethod
+    def kinetic_energy(kernel, r):
+        """K of the (scaled) momentum ``r``, as Pyro's HMC computes it."""
+        return PyroHMC._kinetic_energy(kernel, kernel.mass_matrix_adapter.unscale(r))
+
+    @staticmethod
+    def leaf(tree) -> tuple[dict, object]:
+        """A NUTS base tree's state dict and its potential energy."""
+        return tree.z_proposal, tree.z_proposal_pe
+
+    @staticmethod
+    @contextmanager
+    def tracked_integrator(kernel, record: "_Transition"):
+        """Within the block, the first call of Pyro's ``velocity_verlet`` from ``pyro.infer.mcmc.hmc``
+        (the transition's trajectory) runs step by step and puts every step's energy into
+        ``record``; later calls (warm-up's step-size search) pass through."""
+        from pyro.infer.mcmc import hmc as hmc_module
+
+        original = hmc_module.velocity_verlet
+
+        def velocity_verlet(z, r, potential_fn, kinetic_grad, step_size, num_steps=1, z_grads=None):
+            if record.proposal is not None:
+                return original(z, r, potential_fn, kinetic_grad, step_size, num_steps, z_grads=z_grads)
+            potential = None
+            for _ in range(num_steps):
+                z, r, z_grads, potential = original(z, r, potential_fn, kinetic_grad, step_size, 1, z_grads=z_grads)
+                record.add_energy(float(potential) + float(PyroInternals.kinetic_energy(kernel, r)))
+            record.proposal = z
+            return z, r, z_grads, potential
+
+        hmc_module.velocity_verlet = velocity_verlet
+        try:
+            yield
+        finally:
+            hmc_module.velocity_verlet = original
+
+
+def _finite_or_inf(x: float) -> float:
+    return x if math.isfinite(x) else math.inf
+
+
+class _Transition:
+    """What one transition of a Pyro kernel records: the start energy, every step's energy,
+    the proposal (HMC) or every leaf's state and energy (NUTS)."""
+
+    def __init__(self):
+        self.kinetic_start = None  # K after the momentum refresh (Pyro's first kinetic energy of the transition)
+        self.kinetic_last = None  # the latest K Pyro computed
+        self.energy_start: float | None = None  # H_0, where Pyro hands it over (NUTS)
+        self.energies: list[float] = []  # H_t of every leapfrog step
+        self.proposal = None  # HMC: the proposal's state dict
+        self.leaves: dict[int, tuple[dict, float]] = {}  # NUTS: id(state) -> (state, H)
+
+    def add_energy(self, energy: float) -> None:
+        self.energies.append(energy)
+
+    def max_error(self, start: float) -> float:
+        r""":math:`\max_t |H_t - H_0|`, inf if any step's energy is not finite."""
+        return max((_finite_or_inf(abs(e - start)) for e in self.energies), default=0.0)
+
+
 class _RecordingMixin:
-    """Wraps ``sample`` of a Pyro HMC-family kernel to record per-draw statistics."""
+    """Wraps ``sample`` of a Pyro HMC-family kernel to record per-draw statistics
+    (through :class:`PyroInternals` only)."""
 
     def _reset(self):
         super()._reset()
         self._stat_rows: list[dict] = []
-        self._kinetic_start = None
+        self._record = _Transition()
+
+    def setup(self, warmup_steps, *args, **kwargs):
+        PyroInternals.check(self)
+        return super().setup(warmup_steps, *args, **kwargs)
 
     def _kinetic_energy(self, r_unscaled):
         kinetic = super()._kinetic_energy(r_unscaled)
-        if self._kinetic_start is None:
-            self._kinetic_start = kinetic
+        if self._record.kinetic_start is None:
+            self._record.kinetic_start = kinetic
+        self._record.kinetic_last = kinetic
         return kinetic
 
-    def _before_transition(self) -> None:
-        self._kinetic_start = None
+    def _tracking(self):
+        return nullcontext()
+
+    def _energy_stats(self, record: _Transition, start: float) -> dict:
+        """``energy``, ``energy_error`` and ``max_energy_error`` of the transition."""
+        raise NotImplementedError
 
     def _transition_stats(self) -> dict:
         return {}
 
     def sample(self, params):
-        step_size = self.step_size
-        potential_start = self._potential_energy_last
-        mean_before = self._mean_accept_prob
-        divergences_before = len(self._divergences)
-        self._before_transition()
-        z = super().sample(params)
-        n = self._t - self._warmup_steps if self._t > self._warmup_steps else self._t
-        accept_prob = mean_before + (self._mean_accept_prob - mean_before) * n
-        energy = np.nan
-        if potential_start is not None and self._kinetic_start is not None:
-            energy = float(potential_start) + float(self._kinetic_start)
+        step_size = float(self.step_size)
+        potential_start = PyroInternals.potential_energy(self)
+        _, _, mean_before, divergences_before = PyroInternals.counters(self)
+        self._record = record = _Transition()
+        with self._tracking():
+            z = super().sample(params)
+        t, warmup, mean_after, divergences_after = PyroInternals.counters(self)
+        n = t - warmup if t > warmup else t
+        accept_prob = mean_before + (mean_after - mean_before) * n
+        start = math.nan
+        if record.energy_start is not None:
+            start = record.energy_start
+        elif potential_start is not None and record.kinetic_start is not None:
+            start = float(potential_start) + float(record.kinetic_start)
         row = {
             "acceptance_rate": min(max(accept_prob, 0.0), 1.0),
-            "step_size": float(step_size),
-            "energy": energy,
-            "lp": -float(self._potential_energy_last),
-            "diverging": len(self._divergences) > divergences_before,
+            "step_size": step_size,
+            **self._energy_stats(record, start),
+            "lp": -float(PyroInternals.potential_energy(self)),
+            "diverging": divergences_after > divergences_before,
             **self._transition_stats(),
         }
-        if self._t > self._warmup_steps:
+        if t > warmup:
             self._stat_rows.append(row)
         return z
 
@@ -148,7 +291,8 @@ class _RecordingMixin:
         diag = super().diagnostics()
         if self._stat_rows:
             diag["sample_stats"] = {
-                k: np.asarray([row[k] for row in self._stat_rows]) for k in self._stat_rows[0]
+                k: np.asarray([row[k] for row in self._stat_rows], dtype=_DTYPES.get(k, np.float64))
+                for k in self._stat_rows[0]
             }
         else:
             diag["sample_stats"] = {}
@@ -156,6 +300,9 @@ class _RecordingMixin:
 
     def logging(self):
         return OrderedDict(super().logging())
+
+
+_DTYPES = {"diverging": bool, "n_steps": np.int64, "tree_depth": np.int64}
 
 
 class HMC(_RecordingMixin, PyroHMC):
@@ -167,9 +314,21 @@ class HMC(_RecordingMixin, PyroHMC):
     def __init__(self, model=None, potential_fn=None, **kwargs):
         super().__init__(model, potential_fn, **_with_defaults(HMCOptions, model, kwargs))
 
-    def _before_transition(self):
-        super()._before_transition()
+    def _tracking(self):
+        return PyroInternals.tracked_integrator(self, self._record)
+
+    def _energy_stats(self, record, start):
+        proposal = record.energies[-1] if record.energies else math.nan
+        accepted = record.proposal is not None and PyroInternals.current_state(self) is record.proposal
+        if math.isnan(start) and not accepted and record.kinetic_start is not None:  # Pyro's cache was clear
+            start = float(PyroInternals.potential_energy(self)) + float(record.kinetic_start)
+        error = _finite_or_inf(proposal - start)
+        return {"energy": proposal if accepted else start, "energy_error": error,
+                "max_energy_error": record.max_error(start)}
+
+    def sample(self, params):
         self._steps_this_draw = self.num_steps
+        return super().sample(params)
 
     def _transition_stats(self):
         return {"n_steps": self._steps_this_draw}
@@ -185,18 +344,37 @@ class NUTS(_RecordingMixin, PyroNUTS):
     def __init__(self, model=None, potential_fn=None, **kwargs):
         super().__init__(model, potential_fn, **_with_defaults(NUTSOptions, model, kwargs))
 
-    def _before_transition(self):
-        super()._before_transition()
+    def sample(self, params):
         self._leapfrogs = 0
         self._depth = 0
+        return super().sample(params)
 
     def _build_basetree(self, *args, **kwargs):
+        """One leapfrog step (a leaf): counted, and its energy ``U + K`` kept with its state."""
         self._leapfrogs += 1
-        return super()._build_basetree(*args, **kwargs)
+        tree = super()._build_basetree(*args, **kwargs)
+        state, potential = PyroInternals.leaf(tree)
+        kinetic = self._record.kinetic_last  # Pyro's K of this leaf's momentum, just computed
+        energy = float(potential) + float(kinetic) if kinetic is not None else math.nan
+        self._record.add_energy(energy)
+        self._record.leaves[id(state)] = (state, energy)
+        return tree
 
     def _build_tree(self, z, r, z_grads, log_slice, direction, tree_depth, energy_current):
         self._depth = max(self._depth, tree_depth + 1)
+        if self._record.energy_start is None:
+            self._record.energy_start = float(energy_current)
         return super()._build_tree(z, r, z_grads, log_slice, direction, tree_depth, energy_current)
 
+    def _energy_stats(self, record, start):
+        """The accepted state is the start or one leaf (found by identity): its energy,
+        its error against the start, and the largest error over all leaves."""
+        state = PyroInternals.current_state(self)
+        leaf = record.leaves.get(id(state))
+        energy = leaf[1] if leaf is not None and leaf[0] is state else start
+        return {"energy": energy, "energy_error": _finite_or_inf(energy - start),
+                "max_energy_error": record.max_error(start)}
+
     def _transition_stats(self):
+        self._record.leaves.clear()
         return {"n_steps": self._leapfrogs, "tree_depth": self._depth}

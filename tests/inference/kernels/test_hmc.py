@@ -64,3 +64,82 @@ def test_engine():
     assert r.num_chains == 3 and r.num_draws == 5
     assert np.all(r.sample_stats["n_steps"] == 10) and r.options["step_size"] == 2e-3
     assert "target_accept" not in r.options
+
+
+# ------------------------------------------------------------- energy statistics
+def test_leapfrog_tracks_the_largest_energy_error_at_no_change_to_the_trajectory():
+    from bnnzoo.inference.integrators import EnergyTracker, kinetic_energy, leapfrog
+
+    potential = gaussian_target(MEAN, COV)
+    torch.manual_seed(0)
+    theta, p = torch.randn(5, 3), torch.randn(5, 3)
+    inv_mass = torch.ones(3)
+    value, grad = potential.value_and_grad(theta)
+    energy0 = value + kinetic_energy(p, inv_mass)
+    steps = torch.tensor([0, 1, 4, 7, 7])
+    for num_steps in (7, steps):
+        plain = leapfrog(theta, p, grad, 0.4, num_steps, potential.value_and_grad, inv_mass, value)
+        tracker = EnergyTracker(energy0, inv_mass)
+        tracked = leapfrog(theta, p, grad, 0.4, num_steps, potential.value_and_grad, inv_mass, value,
+                           track_energy=tracker)
+        for a, b in zip(plain, tracked):
+            assert torch.equal(a, b)
+        # by hand: one step at a time, each chain up to its own step count
+        x, q, g = theta, p, grad
+        expected = torch.zeros(5)
+        counts = steps if torch.is_tensor(num_steps) else torch.full((5,), 7)
+        for i in range(7):
+            x, q, v, g = leapfrog(x, q, g, 0.4, 1, potential.value_and_grad, inv_mass, value)
+            error = (v + kinetic_energy(q, inv_mass) - energy0).abs()
+            expected = torch.where(i < counts, torch.maximum(expected, error), expected)
+        torch.testing.assert_close(tracker.max_error, expected)
+        end_error = (tracked[2] + kinetic_energy(tracked[1], inv_mass) - energy0).abs()
+        assert torch.all(tracker.max_error >= end_error - 1e-6)
+    assert tracker.max_error[0] == 0  # no step, no error
+
+
+def test_a_non_finite_step_makes_the_largest_energy_error_infinite():
+    from bnnzoo.inference.integrators import EnergyTracker
+
+    tracker = EnergyTracker(torch.zeros(3), torch.ones(2))
+    tracker.update(torch.tensor([1.0, math.nan, math.inf]), torch.zeros(3, 2))
+    tracker.update(torch.tensor([0.5, 0.0, 0.0]), torch.zeros(3, 2))
+    assert tracker.max_error.tolist() == [1.0, math.inf, math.inf]
+
+
+def test_energy_is_the_hamiltonian_of_the_accepted_state():
+    """``energy`` is H of the proposal where accepted, else H at the start (after the momentum
+    refresh); ``energy_error`` is H(proposal) - H(start) either way."""
+    from bnnzoo.inference.integrators import kinetic_energy
+
+    potential = gaussian_target(MEAN, COV)
+    kernel = FixedStepHMC(potential=potential, num_chains=64, step_size=0.9, num_steps=3)
+    kernel.setup(0)
+    theta = kernel.flatten(kernel.initial_params)
+    seen = {True: 0, False: 0}
+    for seed in range(5):
+        torch.manual_seed(seed)
+        p = kernel.momentum(theta)  # the same draw the transition makes next
+        start = potential(theta) + kinetic_energy(p, kernel.inv_mass)
+        torch.manual_seed(seed)
+        theta_new, stats = kernel.transition(theta)
+        accepted = ~torch.all(theta_new == theta, -1)
+        expected = torch.where(accepted, start + stats["energy_error"], start)
+        torch.testing.assert_close(stats["energy"], expected)
+        assert torch.all(stats["max_energy_error"] >= stats["energy_error"].abs() - 1e-6)
+        for a in accepted.tolist():
+            seen[a] += 1
+        theta = theta_new
+    assert seen[True] and seen[False]  # both branches were checked
+
+
+def test_stats_are_float64_whatever_the_potential_dtype():
+    kernel, draws = run_kernel(FixedStepHMC, gaussian_target(MEAN, COV), num_chains=2, num_samples=5,
+                               warmup_steps=0, step_size=0.3, num_steps=3)
+    stats = draws.sample_stats
+    assert set(FixedStepHMC.stat_names) == set(stats)
+    for name, value in stats.items():
+        kind = {"diverging": "b", "n_steps": "i"}.get(name, "f")
+        assert value.dtype.kind == kind, name
+        if kind == "f":
+            assert value.dtype == np.float64, name
