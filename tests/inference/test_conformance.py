@@ -18,8 +18,10 @@ from pyro.infer import Predictive
 from pyro.nn import PyroModule, PyroSample
 
 from bnnzoo.diagnostics import to_inference_data
-from bnnzoo.inference import MCMC, SGHMC, SGLD, ChEESHMC, FixedStepHMC, ProximalHMC, RandomWalkMH
-from bnnzoo.models import BNN, zoo
+from bnnzoo.inference import (MCMC, SGHMC, SGHMCSA, SGLD, SGLDSA, ChEESHMC, FixedStepHMC, GroupSparseSGHMC, ProximalHMC,
+                              RandomWalkMH)
+from bnnzoo.models import BNN, GroupSpikeAndSlab, SpikeAndSlab, zoo
+from bnnzoo.results import split_mcmc
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -137,3 +139,47 @@ def test_kernel_runs_and_chains_are_chains(model_name, kernel_name, config):
             az.plot_energy(idata)
             assert np.all(np.isfinite(az.bfmi(idata))) or chains == 1
     plt.close("all")
+
+
+# The spike-and-slab SA kernels and group-sparse SGHMC need a BNN with those priors (their
+# hyperparameters belong to its sparse layers); the same checks on such a BNN.
+def sparse_bnn(prior):
+    from bnnzoo.models import BNNSpec, Dense, Gaussian, GaussianLikelihood
+
+    spec = BNNSpec(layers=[Dense(3, "tanh"), Dense(1)], input_dim=1, prior=Gaussian(1.0),
+                   priors={"layers.0.weight": prior}, likelihood=GaussianLikelihood(0.3))
+    return BNN(spec)
+
+
+SPARSE = {
+    "sgld_sa": (lambda: SGLDSA(sparse_bnn(SpikeAndSlab()), step_size=1e-3)),
+    "sghmc_sa": (lambda: SGHMCSA(sparse_bnn(SpikeAndSlab()), step_size=1e-3)),
+    "sghmc_group_ss": (lambda: GroupSparseSGHMC(sparse_bnn(GroupSpikeAndSlab()), step_size=1e-3,
+                                                schedule="constant")),
+}
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("kernel_name", sorted(SPARSE))
+def test_sparse_kernels_run_and_chains_are_chains(kernel_name, config):
+    pyro.set_rng_seed(0)
+    kernel = SPARSE[kernel_name]()
+    driver, chains, method = CONFIGS[config]
+    extra = {"chain_method": method} if method else {}
+    mcmc = driver(kernel, num_samples=DRAWS, warmup_steps=DRAWS, num_chains=chains, disable_progbar=True, **extra)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mcmc.run(X, Y)
+    flat = mcmc.get_samples()
+    assert all(v.shape[0] == chains * DRAWS and torch.isfinite(v).all() for v in flat.values())
+    obs = Predictive(kernel.model, posterior_samples=flat, return_sites=["obs"])(X)["obs"]
+    assert obs.shape == (chains * DRAWS, N)
+    idata = to_inference_data(mcmc, model=kernel.model, data=(X, Y))
+    assert idata.posterior.sizes["chain"] == chains
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        az.summary(idata)
+        az.loo(idata)
+    draws = split_mcmc(mcmc)
+    final = draws.pruning_mask if kernel_name == "sghmc_group_ss" else draws.inclusion_prob
+    assert final is not None and next(iter(final.values())).shape[0] == chains

@@ -1,7 +1,6 @@
 """bnnzoo's Pyro HMC/NUTS: the Pyro internals they read exist, and the recorded statistics
 are right on a conjugate Gaussian (mu ~ N(0, 1), y_i ~ N(mu, 1))."""
 
-import math
 
 import numpy as np
 import pyro
