@@ -15,13 +15,13 @@ import pytest
 import torch
 from pyro.infer import MCMC as PyroMCMC
 from pyro.infer import Predictive
-from pyro.nn import PyroModule, PyroSample
 
 from bnnzoo.diagnostics import to_inference_data
 from bnnzoo.inference import (MCMC, SGHMC, SGHMCSA, SGLD, SGLDSA, ChEESHMC, FixedStepHMC, GroupSparseSGHMC, ProximalHMC,
                               RandomWalkMH)
 from bnnzoo.models import BNN, GroupSpikeAndSlab, SpikeAndSlab, zoo
 from bnnzoo.results import split_mcmc
+from tests.support.pyro_models import Net
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -48,29 +48,11 @@ def plate_constrained(x, y=None):
         pyro.sample("obs", dist.Normal(w * scale * x[:, 0], noise.sqrt()), obs=y)
 
 
-class Net(PyroModule):
-    def __init__(self, hidden=3):
-        super().__init__()
-        self.fc1 = PyroModule[torch.nn.Linear](1, hidden)
-        self.fc1.weight = PyroSample(dist.Normal(0.0, 1.0).expand([hidden, 1]).to_event(2))
-        self.fc1.bias = PyroSample(dist.Normal(0.0, 1.0).expand([hidden]).to_event(1))
-        self.fc2 = PyroModule[torch.nn.Linear](hidden, 1)
-        self.fc2.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, hidden]).to_event(2))
-        self.fc2.bias = PyroSample(dist.Normal(0.0, 1.0).expand([1]).to_event(1))
-
-    def forward(self, x, y=None):
-        sigma = pyro.sample("sigma", dist.HalfNormal(1.0))
-        mu = self.fc2(torch.tanh(self.fc1(x))).squeeze(-1)
-        with pyro.plate("data", x.shape[0]):
-            pyro.sample("obs", dist.Normal(mu, sigma), obs=y)
-        return mu
-
-
 MODELS = {
     "no_arguments": (no_arguments, (), {}),
     "keyword_arguments": (keyword_arguments, (X,), {"y": Y, "prior_scale": 2.0}),
     "plate_constrained": (plate_constrained, (X, Y), {}),
-    "pyro_module": (Net(), (X, Y), {}),
+    "pyro_module": (Net(hidden=3), (X, Y), {}),
     "bnn": (BNN(zoo.cosine_mlp(hidden=3)), (X, Y), {}),
 }
 KERNELS = {

@@ -8,9 +8,9 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
-from pyro.nn import PyroModule, PyroSample
 
 from bnnzoo.inference import MCMC, SGHMC, SGLD, ChEESHMC, FixedStepHMC, ProximalHMC, RandomWalkMH
+from tests.support.pyro_models import Net
 from tests.support.targets import assert_moments
 
 
@@ -32,24 +32,6 @@ def test_a_model_without_arguments_samples_its_exact_posterior(kernel_cls, optio
     ess_abs = float(az.ess(np.abs(draws[..., 0])))
     mcse = np.abs(draws).std() / math.sqrt(ess_abs)
     assert abs(np.abs(draws).mean() - 1.0) < 5 * mcse  # E|x| = 1
-
-
-class Net(PyroModule):
-    def __init__(self, hidden=6):
-        super().__init__()
-        self.fc1 = PyroModule[torch.nn.Linear](1, hidden)
-        self.fc1.weight = PyroSample(dist.Normal(0.0, 1.0).expand([hidden, 1]).to_event(2))
-        self.fc1.bias = PyroSample(dist.Normal(0.0, 1.0).expand([hidden]).to_event(1))
-        self.fc2 = PyroModule[torch.nn.Linear](hidden, 1)
-        self.fc2.weight = PyroSample(dist.Normal(0.0, 1.0).expand([1, hidden]).to_event(2))
-        self.fc2.bias = PyroSample(dist.Normal(0.0, 1.0).expand([1]).to_event(1))
-
-    def forward(self, x, y=None):
-        sigma = pyro.sample("sigma", dist.HalfNormal(1.0))
-        mu = self.fc2(torch.tanh(self.fc1(x))).squeeze(-1)
-        with pyro.plate("data", x.shape[0]):
-            pyro.sample("obs", dist.Normal(mu, sigma), obs=y)
-        return mu
 
 
 @pytest.mark.parametrize("kernel_cls, options", [
