@@ -58,15 +58,24 @@ class EnergyTracker:
     def __init__(self, energy: Tensor, inv_mass: Tensor):
         self.energy = energy
         self.inv_mass = inv_mass
-        self.max_error = torch.zeros_like(energy)
+        self._high = energy.clone()
+        self._low = energy.clone()
 
-    def update(self, value: Tensor, p: Tensor, active: Tensor | None = None) -> None:
-        """Add the step's energy ``value + K(p)``; ``active`` ``[C]`` masks chains that have stopped."""
-        error = (value + kinetic_energy(p, self.inv_mass) - self.energy).abs()
-        error = torch.where(torch.isnan(error), torch.full_like(error, math.inf), error)
-        if active is not None:
-            error = torch.where(active, error, torch.zeros_like(error))
-        self.max_error = torch.maximum(self.max_error, error)
+    def update(self, value: Tensor, p: Tensor) -> None:
+        """Add the step's energy ``value + K(p)`` (two or three tensor ops: this runs every leapfrog step).
+        A chain that has stopped (per-chain step counts) repeats its last energy, which changes nothing."""
+        if self.inv_mass.dim() == 1:
+            energy = torch.addmv(value, p.square(), self.inv_mass, alpha=0.5)
+        else:
+            energy = value + kinetic_energy(p, self.inv_mass)
+        torch.maximum(self._high, energy, out=self._high)  # NaN propagates: it stays NaN
+        torch.minimum(self._low, energy, out=self._low)
+
+    @property
+    def max_error(self) -> Tensor:
+        """:math:`\max_t |H_t - H_0|` per chain so far; inf where a step was not finite."""
+        error = torch.maximum(self._high - self.energy, self.energy - self._low)
+        return torch.where(torch.isfinite(error), error, torch.full_like(error, math.inf))
 
 
 def leapfrog(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, num_steps: int | Tensor,
@@ -130,11 +139,11 @@ def leapfrog(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, 
                 track_energy.update(value, p)
             continue
         active = i < steps
-        if track_energy is not None:
-            track_energy.update(value_new, p_new, active)
         moving = active.unsqueeze(-1)
         theta = torch.where(moving, theta_new, theta)
         p = torch.where(moving, p_new, p)
         grad = torch.where(moving, grad_new, grad)
         value = torch.where(active, value_new, value)
+        if track_energy is not None:
+            track_energy.update(value, p)
     return theta, p, value, grad
