@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, markdown_table, write_results  # noqa: E402
 
@@ -92,6 +94,7 @@ def main(argv=None):
     parser.add_argument("--against", default="HEAD~1", help="the commit to compare with (default HEAD~1)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating measurements of each tree")
     args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # what the probes use; machine() reports it
     rev = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
     with tempfile.TemporaryDirectory() as tmp:
