@@ -227,15 +227,15 @@ class AdaptiveHMC(FixedStepHMC):
     Options = WarmupOptions
     target_family = "chees"
 
-    def __init__(self, model=None, potential=None, **options):
-        super().__init__(model, potential, **options)
-        self.target_accept = float(resolve_target_accept(
-            self.options.target_accept, model if model is not None else potential, self.target_family))
-        self._reset()
+    @property
+    def target_accept(self) -> float:
+        """``options.target_accept``, or the value recommended for the model's smoothness when it is None."""
+        model = self.model if self.model is not None else self.potential
+        return float(resolve_target_accept(self.options.target_accept, model, self.target_family))
 
     def _reset(self) -> None:
         super()._reset()
-        self._step_adapter = DualAveraging(self.options.step_size, getattr(self, "target_accept", 0.5))
+        self._step_adapter = DualAveraging(self.options.step_size, self.target_accept)
         self._windows: list[tuple[int, int]] = []
         self._variance = PooledVariance()
 
