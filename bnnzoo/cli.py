@@ -52,13 +52,25 @@ def _load_data(table: dict | str | None, seed: int):
     return load(name, seed=int(options.pop("seed", seed)), **options)
 
 
-def _compare(plan: dict, out: str, title: str, description: str, progress: bool) -> int:
+def _compare(plan: dict, out: str, title: str, description: str, progress: bool, resume: bool = False,
+             checkpoint_every: int | None = None, checkpoint_seconds: float | None = 30.0, again: str = "") -> int:
+    """Run the plan's engines with checkpoints in ``out``; on Ctrl-C, report what finished and how to go on."""
     from .experiments import compare, format_table, write_report
 
     seed = plan.get("seed", 0)
     data = _load_data(plan["data"], seed)
     common = {k: plan[k] for k in ("num_samples", "warmup_steps", "num_chains") if k in plan}
-    table, runs = compare(plan["spec"], data, engines=plan["engines"], seed=seed, progress=progress, **common)
+    try:
+        table, runs = compare(plan["spec"], data, engines=plan["engines"], seed=seed, progress=progress,
+                              checkpoint=out, resume=resume, checkpoint_every=checkpoint_every,
+                              checkpoint_seconds=checkpoint_seconds, **common)
+    except KeyboardInterrupt as stop:
+        runs = getattr(stop, "runs", {})
+        if runs:
+            write_report(stop.table, runs, out, f"{title} (interrupted)", description)
+        print(f"bnnzoo: interrupted; {len(runs)} finished engine(s) and the running engine's checkpoint are in "
+              f"{Path(out)}/; continue with: {again} --out {out} --resume", file=sys.stderr)
+        return 130
     print(format_table(table))
     path = write_report(table, runs, out, title, description)
     print(f"\nwrote {path} and {len(runs)} run file(s) in {Path(out)}/")
@@ -67,7 +79,8 @@ def _compare(plan: dict, out: str, title: str, description: str, progress: bool)
 
 def cmd_demo(args) -> int:
     plan = demo_plan(quick=args.quick)
-    return _compare(plan, args.out, DEMO_TITLE, DEMO_DESCRIPTION, progress=not args.no_progress and sys.stderr.isatty())
+    return _compare(plan, args.out, DEMO_TITLE, DEMO_DESCRIPTION, progress=not args.no_progress and sys.stderr.isatty(),
+                    again="bnnzoo demo" + (" --quick" if args.quick else ""), **_checkpointing(args))
 
 
 def read_run_file(path: str | Path) -> dict:
@@ -96,7 +109,23 @@ def read_run_file(path: str | Path) -> dict:
 
 def cmd_run(args) -> int:
     plan = read_run_file(args.spec)
-    return _compare(plan, args.out, f"bnnzoo run {Path(args.spec).name}", "", progress=not args.no_progress and sys.stderr.isatty())
+    return _compare(plan, args.out, f"bnnzoo run {Path(args.spec).name}", "",
+                    progress=not args.no_progress and sys.stderr.isatty(), again=f"bnnzoo run {args.spec}",
+                    **_checkpointing(args))
+
+
+def _checkpointing(args) -> dict:
+    return {"resume": args.resume, "checkpoint_every": args.checkpoint_every,
+            "checkpoint_seconds": args.checkpoint_seconds}
+
+
+def _add_checkpoint_arguments(p) -> None:
+    p.add_argument("--resume", action="store_true",
+                   help="skip the engines that finished in --out and continue the one that was running")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="save the running engine's state every N iterations (default: by time only)")
+    p.add_argument("--checkpoint-seconds", type=float, default=30.0, metavar="T",
+                   help="save the running engine's state every T seconds (default 30)")
 
 
 def cmd_list(args) -> int:
@@ -160,12 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="out")
     p.add_argument("--quick", action="store_true", help="a tiny smoke run (seconds)")
     p.add_argument("--no-progress", action="store_true")
+    _add_checkpoint_arguments(p)
     p.set_defaults(fn=cmd_demo)
 
     p = sub.add_parser("run", help="run the engines of a TOML run file and write a report")
     p.add_argument("spec", help="TOML file with [model], [data], [[engines]] and optional [run]")
     p.add_argument("--out", default="out")
     p.add_argument("--no-progress", action="store_true")
+    _add_checkpoint_arguments(p)
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("list", help="priors, likelihoods, engines, datasets and zoo models; or one engine's options")

@@ -121,3 +121,53 @@ def test_errors_are_one_line_and_exit_nonzero(tmp_path, content, message):
     assert message in lines[0]
     assert "Traceback" not in proc.stderr
     assert not list(tmp_path.glob("*.nc"))  # refused before any engine ran
+
+
+CTRL_C_RUN = """\
+[model]
+input_dim = 1
+layers = [{units = 3, activation = "tanh"}, {units = 1}]
+[data]
+name = "cosine"
+n_train = 20
+[run]
+num_chains = 2
+[[engines]]
+kind = "rwmh"
+num_samples = 20
+warmup_steps = 20
+[[engines]]
+kind = "chees"
+num_samples = 400
+warmup_steps = 100
+"""
+
+
+def test_ctrl_c_keeps_the_finished_engine_and_a_report_and_resume_finishes(tmp_path):
+    """Ctrl-C while the second engine runs: the first engine's NetCDF and a report of it stay,
+    the message says how to go on, and ``--resume`` finishes without running the first again."""
+    import os
+    import signal
+    import time
+
+    spec, out = tmp_path / "run.toml", tmp_path / "out"
+    spec.write_text(CTRL_C_RUN)
+    argv = [sys.executable, "-m", "bnnzoo.cli", "run", str(spec), "--out", str(out), "--no-progress",
+            "--checkpoint-every", "5"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "checkpoints" / "chees" / "progress.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert f"--out {out} --resume" in err and "1 finished engine(s)" in err
+    assert az.from_netcdf(str(out / "rwmh.nc")).posterior.sizes["draw"] == 20
+    assert "(interrupted)" in (out / "report.md").read_text() and not (out / "chees.nc").exists()
+    assert (out / "checkpoints" / "chees" / "state.pt").exists()
+    finished = os.path.getmtime(out / "checkpoints" / "rwmh" / "result.pt")
+    proc = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert az.from_netcdf(str(out / "chees.nc")).posterior.sizes["draw"] == 400
+    assert os.path.getmtime(out / "checkpoints" / "rwmh" / "result.pt") == finished  # not run again

@@ -13,14 +13,19 @@ reported beside it.
 from __future__ import annotations
 
 import math
+import os
+import re
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from ..diagnostics import to_inference_data
 from ..diagnostics.predictive import predictive_metrics
 from ..diagnostics.summary import mixing
 from ..inference import check_run, run
+from ..inference.checkpoint import CHECKPOINT_SECONDS
 from ..results import Run
 
 COMMON = ("num_samples", "warmup_steps", "num_chains", "seed")
@@ -78,8 +83,32 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
     return row
 
 
+def safe_label(label: str) -> str:
+    """A run label as a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+
+
+def _table(rows: list[dict], task: str) -> pd.DataFrame:
+    table = pd.DataFrame(rows).set_index("engine", drop=False)
+    table.index.name = "label"
+    return table[COLUMNS[task]]
+
+
+def save_finished(out: str | Path, label: str, result: Run, table: pd.DataFrame) -> None:
+    """Write one finished run (``<label>.nc``) and the table so far (``comparison.csv``) into ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for path, write in ((out / f"{safe_label(label)}.nc", lambda p: to_inference_data(result).to_netcdf(str(p))),
+                        (out / "comparison.csv", lambda p: table.to_csv(p, index=False))):
+        tmp = path.with_name(f".{path.name}.tmp")  # written whole, then renamed: a kill leaves no half file
+        write(tmp)
+        os.replace(tmp, path)
+
+
 def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 500, warmup_steps: int = 500,
-            num_chains: int = 2, seed: int = 0, progress: bool = False) -> tuple[pd.DataFrame, dict[str, Run]]:
+            num_chains: int = 2, seed: int = 0, progress: bool = False, checkpoint=None, resume: bool = False,
+            checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
+            ) -> tuple[pd.DataFrame, dict[str, Run]]:
     """Run several engines on the same model and data; one row per engine.
 
     Parameters
@@ -94,6 +123,14 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
         name; repeats become ``nuts#2``, ``nuts#3``.
     num_samples, warmup_steps, num_chains, seed, progress
         Common settings.
+    checkpoint : path, optional
+        A folder: each engine's ``<label>.nc`` and the table so far (``comparison.csv``) are
+        written there as soon as that engine finishes, and the running engine's checkpoint
+        under ``checkpoints/<label>/`` (:func:`bnnzoo.inference.run`).
+    resume : bool
+        Skip the engines that finished in ``checkpoint`` and continue the one that was running.
+    checkpoint_every, checkpoint_seconds
+        How often the running engine's state is saved.
 
     Returns
     -------
@@ -114,18 +151,27 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
             check_run(kind, **{**common, **options})
         except ValueError as err:
             raise ValueError(f"engines[{i}] ({kind}): {err}") from None
+    if resume and checkpoint is None:
+        raise ValueError("resume=True: give the checkpoint folder to continue from (checkpoint=DIR)")
     runs: dict[str, Run] = {}
     rows = []
-    for label, kind, options in items:
-        settings = {**common, **{k: options.pop(k) for k in COMMON if k in options}}
-        result = run(model_or_spec, data, engine=kind, progress=progress, **settings, **options)
-        model_or_spec, data = result.model, result.data  # every engine sees the same model and data
-        runs[label] = result
-        rows.append(_row(label, kind, result))
-    task = next(iter(runs.values())).model.task
-    table = pd.DataFrame(rows).set_index("engine", drop=False)
-    table.index.name = "label"
-    return table[COLUMNS[task]], runs
+    try:
+        for label, kind, options in items:
+            settings = {**common, **{k: options.pop(k) for k in COMMON if k in options}}
+            if checkpoint is not None:
+                settings.update(checkpoint=Path(checkpoint) / "checkpoints" / safe_label(label), resume=resume,
+                                checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds)
+            result = run(model_or_spec, data, engine=kind, progress=progress, **settings, **options)
+            model_or_spec, data = result.model, result.data  # every engine sees the same model and data
+            runs[label] = result
+            rows.append(_row(label, kind, result))
+            if checkpoint is not None:
+                save_finished(checkpoint, label, result, _table(rows, result.model.task))
+    except KeyboardInterrupt as stop:  # hand on what finished
+        stop.runs = runs
+        stop.table = _table(rows, next(iter(runs.values())).model.task) if runs else None
+        raise
+    return _table(rows, next(iter(runs.values())).model.task), runs
 
 
 # ------------------------------------------------------------------ table

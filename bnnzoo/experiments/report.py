@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import platform
-import re
 from pathlib import Path
 from typing import Mapping
 
@@ -16,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..diagnostics import plots, to_inference_data  # noqa: E402
-from .compare import format_table  # noqa: E402
+from .compare import format_table, safe_label  # noqa: E402
 
 READING_GUIDE = """\
 ## How to read this report
@@ -40,10 +39,6 @@ READING_GUIDE = """\
 """
 
 
-def _safe(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
-
-
 def _save(fig, path: Path) -> str:
     fig.savefig(path, dpi=90, bbox_inches="tight")
     plt.close(fig)
@@ -61,7 +56,13 @@ def _figures(label: str, run, idata, out: Path) -> list[str]:
     if run.model.task == "regression" and run.model.spec.num_inputs == 1:
         makers.append(("predictive", lambda: plots.plot_predictive_band(run)))
     for kind, make in makers:
-        name = _save(make(), out / f"{_safe(label)}_{kind}.png")
+        try:
+            figure = make()
+        except ValueError as err:  # e.g. a density of draws that never moved: say so, keep the report
+            plt.close("all")
+            lines.append(f"({label} {kind} figure not drawn: {err})")
+            continue
+        name = _save(figure, out / f"{safe_label(label)}_{kind}.png")
         lines.append(f"![{label} {kind}]({name})")
     return lines
 
@@ -78,7 +79,7 @@ def write_report(table: pd.DataFrame, runs: Mapping[str, object], out: str | Pat
              "## Comparison", "", format_table(table), ""]
     for label, run in runs.items():
         idata = to_inference_data(run)
-        idata.to_netcdf(str(out / f"{_safe(label)}.nc"))
+        idata.to_netcdf(str(out / f"{safe_label(label)}.nc"))
         lines += [f"## {label}", "",
                   f"{run.num_chains} chains x {run.num_draws} draws, {run.wall_time:.1f} s. "
                   f"Options: `{run.options}`", ""]

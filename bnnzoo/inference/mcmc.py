@@ -28,9 +28,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 from pyro.infer import MCMC as PyroMCMC
-from pyro.infer.mcmc.api import _UnarySampler
+from pyro.infer.mcmc.api import _UnarySampler, _add_logging_hook
+from pyro.infer.mcmc.logger import ProgressBar, initialize_logger
 
 from .. import validation
+from .checkpoint import Checkpoint, deferred_interrupt, kernel_state, rng_state, set_rng_state
 from .kernels.base import FlatKernel
 
 __all__ = ["CHAIN_METHODS", "MCMC"]
@@ -60,17 +62,106 @@ def _split_diagnostics(diag: dict, num_chains: int) -> list[dict]:
     return out
 
 
+class _CheckpointedSampler(_UnarySampler):
+    """Pyro's one-process sampler loop (``_gen_samples``) with checkpoints: every chain, one after
+    another, yields what Pyro's loop yields, and the state is saved as :class:`Checkpoint` asks.
+    On resume, finished chains and the draws so far are replayed from disk and the running chain
+    continues from its saved iteration with its saved kernel and RNG states."""
+
+    def __init__(self, kernel, num_samples, warmup_steps, num_chains, disable_progbar, initial_params, hook,
+                 checkpoint: Checkpoint):
+        super().__init__(kernel, num_samples, warmup_steps, num_chains, disable_progbar, initial_params, hook)
+        self.checkpoint = checkpoint
+
+    def run(self, *args, **kwargs):
+        import logging
+
+        kernel, ck = self.kernel, self.checkpoint
+        saved = ck.load() or {"chain": 0, "finished": [], "chunks": [], "draws": 0}
+        finished, total = list(saved["finished"]), self.warmup_steps + self.num_samples
+        for chain in range(self.num_chains):
+            if chain < len(finished):  # replay a finished chain
+                done = finished[chain]
+                yield done["structure"], chain
+                for name in done["chunks"]:
+                    for flat in ck.load_chunk(name):
+                        yield flat, chain
+                yield done["diagnostics"], chain
+                continue
+            if self.initial_params is not None:
+                kernel.initial_params = {k: v[chain] for k, v in self.initial_params.items()}
+            if saved["chain"] == chain and "rng" in saved:
+                set_rng_state(saved["rng"])  # where the previous chain left it (restored again below mid-chain)
+            kernel.setup(self.warmup_steps, *args, **kwargs)
+            params = kernel.initial_params
+            save_params = getattr(kernel, "save_params", sorted(params))
+            structure = {name: params[name].shape for name in save_params}
+            start, chunks, pending, kept = 0, [], [], 0
+            if saved["chain"] == chain and "kernel" in saved:  # continue the running chain
+                vars(kernel).update(saved["kernel"])
+                set_rng_state(saved["rng"])
+                params, start, chunks, kept = saved["params"], saved["iteration"], list(saved["chunks"]), saved["draws"]
+            yield structure, chain
+            for name in chunks:
+                for flat in ck.load_chunk(name):
+                    yield flat, chain
+            progress = ProgressBar(self.warmup_steps, self.num_samples, disable=self.disable_progbar)
+            hook = _add_logging_hook(initialize_logger(logging.getLogger("pyro.infer.mcmc"), "", progress),
+                                     progress, self.hook)
+            label = f" [{chain}]" if self.num_chains > 1 else ""
+
+            def save(iteration):
+                nonlocal kept, pending
+                if pending:
+                    chunks.append(ck.save_chunk(f"chain{chain}-{kept:08d}.pt", torch.stack(pending)))
+                    kept, pending = kept + len(pending), []
+                ck.save({"chain": chain, "iteration": iteration, "kernel": kernel_state(kernel), "params": params,
+                         "rng": rng_state(), "chunks": chunks, "draws": kept, "finished": finished},
+                        chain=chain, iteration=iteration, draws=kept)
+
+            with deferred_interrupt() as interrupt:
+                for t in range(start, total):
+                    params = kernel.sample(params)
+                    warmup = t < self.warmup_steps
+                    hook(kernel, params, ("Warmup" if warmup else "Sample") + label,
+                         t if warmup else t - self.warmup_steps)
+                    if not warmup:
+                        flat = [params[name].reshape(-1) for name in save_params]
+                        flat = (torch.cat if flat else torch.tensor)(flat)
+                        pending.append(flat)
+                        yield flat, chain
+                    if interrupt["requested"]:
+                        save(t + 1)
+                        stage = f"at warm-up iteration {t + 1}" if warmup else \
+                            f"after draw {t + 1 - self.warmup_steps}"
+                        raise ck.interrupted(f"{stage} of {self.num_samples} (chain {chain})")
+                    if ck.due():
+                        save(t + 1)
+            diagnostics = kernel.diagnostics()
+            if pending:
+                chunks.append(ck.save_chunk(f"chain{chain}-{kept:08d}.pt", torch.stack(pending)))
+                kept, pending = kept + len(pending), []
+            finished.append({"structure": structure, "chunks": list(chunks), "diagnostics": diagnostics})
+            ck.save({"chain": chain + 1, "rng": rng_state(), "chunks": [], "draws": 0, "finished": finished},
+                    chain=chain + 1, iteration=0, draws=0)
+            yield diagnostics, chain
+            kernel.cleanup()
+
+
 class MCMC(PyroMCMC):
     """:class:`pyro.infer.MCMC` with ``chain_method`` (module docstring); every other
     argument is Pyro's.
 
     :param str chain_method: ``"parallel"`` (default, Pyro's behaviour), ``"sequential"``
         or ``"vectorized"`` (a bnnzoo kernel only).
+    :param Checkpoint checkpoint: save the run's state there as it goes and continue from it
+        when it was opened with ``resume=True`` (:mod:`bnnzoo.inference.checkpoint`); the chains
+        then run in this process, one after another.
     """
 
     def __init__(self, kernel, num_samples, warmup_steps=None, initial_params=None, num_chains=1, hook_fn=None,
                  mp_context=None, disable_progbar=False, disable_validation=True, transforms=None,
-                 save_params=None, chain_method="parallel"):
+                 save_params=None, chain_method="parallel", checkpoint: Checkpoint | None = None):
         validation.one_of("chain_method", chain_method, CHAIN_METHODS)
         validation.integer("num_chains", num_chains, 1)
         self.chain_method = chain_method
@@ -92,6 +183,10 @@ class MCMC(PyroMCMC):
             # Pyro has no public switch: its one-process sampler, as it uses when CPUs are short
             self.sampler = _UnarySampler(kernel, num_samples, self.warmup_steps, num_chains, disable_progbar,
                                          initial_params=self.sampler.initial_params, hook=hook_fn)
+        if checkpoint is not None:
+            checkpoint.externals.setdefault("kernel.model", getattr(kernel, "model", None))
+            self.sampler = _CheckpointedSampler(kernel, num_samples, self.warmup_steps, num_chains, disable_progbar,
+                                                self.sampler.initial_params, hook_fn, checkpoint)
 
     def run(self, *args, **kwargs):
         if self._vectorized_chains is not None:

@@ -14,6 +14,7 @@ import math
 from ...models.spec import Conv2d
 from ...results import Draws, split_mcmc
 from ..potential import BNNPotential, FlatPotential, initial_theta, make_potential
+from ..checkpoint import Checkpoint
 from ..mcmc import MCMC
 from ..vi import sample_mean_field
 
@@ -77,8 +78,15 @@ def _record_compile_time(draws: Draws, potential: FlatPotential) -> Draws:
     return draws
 
 
+def _externals(checkpoint, **objects) -> None:
+    """The run's objects a checkpoint stores by name (never by value)."""
+    if checkpoint is not None:
+        checkpoint.externals.update(objects)
+
+
 def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
-                    options: dict, chain_method: str = "vectorized", compile: bool = False) -> Draws:
+                    options: dict, chain_method: str = "vectorized", compile: bool = False,
+                    checkpoint: Checkpoint | None = None) -> Draws:
     """Run ``engine.kernel`` (a :class:`~bnnzoo.inference.kernels.base.FlatKernel`) under Pyro's ``MCMC``."""
     vectorized = chain_method == "vectorized"
     potential = make_potential(model, x, y, compile=compile)
@@ -88,8 +96,10 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
     kernel.check_potential(potential)  # before any chain starts
     if vectorized and num_chains > 1:
         check_memory(model, num_chains, int(x.shape[0]), engine.name)
+    _externals(checkpoint, potential=potential, model=model, x=x, y=y)
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
-                chain_method=chain_method, transforms=potential.transforms, disable_progbar=not progress)
+                chain_method=chain_method, transforms=potential.transforms, disable_progbar=not progress,
+                checkpoint=checkpoint)
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)
     draws.notes.update(kernel.notes())
@@ -97,7 +107,7 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
 
 
 def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
-                 options: dict) -> Draws:
+                 options: dict, checkpoint: Checkpoint | None = None) -> Draws:
     """Pyro's NUTS/HMC (bnnzoo's recording subclasses): on the BNN's batched potential when
     ``fast``, with initial points drawn like bnnzoo's kernels draw theirs."""
     opts = engine.kernel.Options(**options)
@@ -111,14 +121,16 @@ def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_c
     else:
         kernel = engine.kernel(model, **kwargs)
         potential = make_potential(model, x, y)
+    _externals(checkpoint, potential=potential, model=model, x=x, y=y)
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
-                initial_params=initial, transforms=potential.transforms, disable_progbar=not progress)
+                initial_params=initial, transforms=potential.transforms, disable_progbar=not progress,
+                chain_method="sequential" if checkpoint is not None else "parallel", checkpoint=checkpoint)
     mcmc.run(x, y)
     return split_mcmc(mcmc)
 
 
 def run_vi(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
-           options: dict) -> Draws:
+           options: dict, checkpoint: Checkpoint | None = None) -> Draws:
     """Mean-field VI: one independent fit per chain, ``num_samples`` draws from each guide."""
     opts = engine.options_cls(**options)
     return sample_mean_field(make_potential(model, x, y), opts, num_samples, num_chains)

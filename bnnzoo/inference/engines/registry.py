@@ -51,7 +51,7 @@ class Engine:
         The options dataclass (a kernel's, or :class:`~bnnzoo.inference.vi.VIOptions`).
     runner : callable
         ``runner(engine, model, x, y, num_samples, warmup_steps, num_chains, progress, options, **driver)``
-        returning :class:`~bnnzoo.results.Draws`.
+        returning :class:`~bnnzoo.results.Draws`; ``driver`` holds ``checkpoint`` when the run keeps one.
     description : str
     kernel : type, optional
         The ``MCMCKernel`` class.
@@ -106,8 +106,11 @@ class Engine:
         return own, driver
 
     def run(self, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
-            **options) -> Draws:
+            checkpoint=None, **options) -> Draws:
+        """Run on ``(x, y)``; ``checkpoint``: a :class:`~bnnzoo.inference.checkpoint.Checkpoint`."""
         own, driver = self.check(options, num_chains)
+        if checkpoint is not None:
+            driver["checkpoint"] = checkpoint
         return self.runner(self, model, x, y, num_samples, warmup_steps, num_chains, progress, own, **driver)
 
 

@@ -11,6 +11,7 @@ from ...data import Dataset, check_data, load
 from ...models import BNN, zoo
 from ...models.spec import spec_from
 from ...results import Run
+from ..checkpoint import CHECKPOINT_SECONDS, Checkpoint, fingerprint
 from ..tuning import recommend_target_accept
 from .registry import ENGINES, Engine
 
@@ -74,8 +75,17 @@ def check_run(engine: str, num_samples: int = 500, warmup_steps: int = 500, num_
     return ENGINES[engine]
 
 
+def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: dict) -> dict[str, str]:
+    """What a checkpoint of this run must match: the model spec, the data, the engine, options and counts."""
+    return fingerprint(engine=engine, model=model.spec.to_dict(), options=options, run=counts,
+                       data={"x_train": data.x_train, "y_train": data.y_train, "x_test": data.x_test,
+                             "y_test": data.y_test})
+
+
 def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
-        num_chains: int = 2, seed: int = 0, progress: bool = False, **engine_options) -> Run:
+        num_chains: int = 2, seed: int = 0, progress: bool = False, checkpoint=None, resume: bool = False,
+        checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
+        **engine_options) -> Run:
     """Run one engine on one model and data set.
 
     Parameters
@@ -89,6 +99,14 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     seed : int
     progress : bool
         Show Pyro's progress bar.
+    checkpoint : path, optional
+        A folder for this run's checkpoint (:mod:`bnnzoo.inference.checkpoint`): the state
+        is saved there as the run goes, and the finished result when it ends.
+    resume : bool
+        Continue from ``checkpoint``: a finished run is loaded, a stopped one continues
+        from its last save and gives the draws an uninterrupted run would have given.
+    checkpoint_every, checkpoint_seconds
+        Save every that many iterations (VI: steps) and/or seconds (default: every 30 s).
     **engine_options
         Options of the engine (``ENGINES[engine].options()`` lists them).
 
@@ -97,17 +115,31 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     Run
     """
     spec = check_run(engine, num_samples, warmup_steps, num_chains, seed, **engine_options)
+    validation.boolean("resume", resume)
+    if resume and checkpoint is None:
+        raise ValueError("resume=True: give the checkpoint folder to continue from (checkpoint=DIR)")
     model = _resolve_model(model_or_spec)
     data = _resolve_data(data, model, seed)
     engine_options, tuning = _recommended_options(spec, model, engine_options)
-    pyro.set_rng_seed(seed)
-    start = time.perf_counter()
-    draws = spec.run(model, data.x_train, data.y_train, num_samples, warmup_steps, num_chains, progress,
-                     **engine_options)
-    wall = time.perf_counter() - start
-    draws.notes.update(tuning)  # into the InferenceData's attrs too
     counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
     if spec.kind == "mcmc":
         counts["warmup_steps"] = warmup_steps
+    options = {**counts, **spec.defaults(), **engine_options}
+    store = None
+    if checkpoint is not None:
+        store = Checkpoint(checkpoint, _fingerprint(engine, model, data, options, counts), resume,
+                           checkpoint_every, checkpoint_seconds)
+        done = store.finished()
+        if done is not None:
+            return Run.from_draws(done["draws"], engine=engine, kind=spec.kind, model=model, data=data,
+                                  wall_time=done["wall_time"], options=options)
+    pyro.set_rng_seed(seed)
+    start = time.perf_counter()
+    draws = spec.run(model, data.x_train, data.y_train, num_samples, warmup_steps, num_chains, progress,
+                     checkpoint=store, **engine_options)
+    wall = time.perf_counter() - start
+    draws.notes.update(tuning)  # into the InferenceData's attrs too
+    if store is not None:
+        store.finish({"draws": draws, "wall_time": wall})
     return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=data, wall_time=wall,
-                          options={**counts, **spec.defaults(), **engine_options})
+                          options=options)

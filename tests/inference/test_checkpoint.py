@@ -1,0 +1,205 @@
+"""Checkpoints: a run stopped at a random draw (SIGINT or SIGKILL) and resumed gives the
+draws of an uninterrupted run bit for bit; a checkpoint from another run is refused."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bnnzoo.inference import run
+from bnnzoo.inference.checkpoint import Checkpoint, CheckpointMismatch, fingerprint, load_object, save_object
+from bnnzoo.models import zoo
+
+from ..support import resume_child
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = ROOT / "tests" / "support" / "resume_child.py"
+
+
+#: one engine per family for the real-signal test (every engine is stopped in-process below)
+FAMILIES = ("nuts", "chees", "proximal_hmc", "rwmh", "sghmc", "sgld_sa", "sghmc_group_ss")
+
+
+def _launch(out: Path, resume: bool) -> subprocess.Popen:
+    argv = [sys.executable, str(CHILD), str(out), *FAMILIES] + (["--resume"] if resume else [])
+    return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _position(out: Path, engine: str, per_chain: int) -> float:
+    """Iterations the running ``engine`` has saved (inf once finished, -1 before it starts)."""
+    try:
+        progress = json.loads((out / engine / "progress.json").read_text())
+    except (OSError, ValueError):
+        return -1
+    if progress.get("finished"):
+        return float("inf")
+    return progress["chain"] * per_chain + progress["iteration"]
+
+
+def _stop_at(proc: subprocess.Popen, out: Path, engine: str, target: int, per_chain: int, sig) -> bool:
+    """Send ``sig`` once ``engine`` has saved ``target`` iterations; False when it finished first."""
+    while proc.poll() is None:
+        position = _position(out, engine, per_chain)
+        if position == float("inf"):
+            return False
+        if position >= target:
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=120)
+            if sig == signal.SIGINT:  # a final checkpoint, and where it is
+                assert "checkpoint written to" in err and "resume=True" in err, err[-2000:]
+            return True
+        time.sleep(0.002)
+    raise AssertionError(f"the run ended before {engine} reached iteration {target}: {proc.stderr.read()[-2000:]}")
+
+
+def _assert_same(got, want, label: str) -> None:
+    for site, draws in want.samples.items():
+        np.testing.assert_array_equal(got.samples[site], draws, err_msg=f"{label} {site}")
+    for stat, values in want.sample_stats.items():
+        np.testing.assert_array_equal(got.sample_stats[stat], values, err_msg=f"{label} {stat}")
+    if want.vi is not None:
+        for key, values in want.vi.guide.items():
+            np.testing.assert_array_equal(got.vi.guide[key], values, err_msg=f"{label} guide {key}")
+
+
+def test_killed_and_resumed_runs_give_the_uninterrupted_draws(tmp_path):
+    """One engine of every family is stopped twice at random iterations, first by SIGINT (the run
+    writes a final checkpoint and says where), then by SIGKILL (the last periodic checkpoint must be
+    intact), and resumed in a fresh process."""
+    rng = random.Random(0)
+    proc = _launch(tmp_path, resume=False)
+    stops = 0
+    for engine in FAMILIES:
+        per_chain = resume_child.WARMUP + resume_child.SAMPLES
+        total = resume_child.ENGINES[engine][1] * per_chain
+        first = rng.randint(1, total - 2)
+        second = rng.randint(first + 1, total - 1)
+        for target, sig in ((first, signal.SIGINT), (second, signal.SIGKILL)):
+            if _stop_at(proc, tmp_path, engine, target, per_chain, sig):
+                stops += 1
+                proc = _launch(tmp_path, resume=True)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert stops >= 2 * len(FAMILIES) - 2  # (an engine may finish before its stop is sent)
+    for engine in FAMILIES:
+        _assert_same(load_object(tmp_path / engine / "result.pt")["draws"], run(**resume_child.settings(engine)),
+                     engine)
+
+
+@pytest.mark.parametrize("engine", list(resume_child.ENGINES))
+def test_every_engine_resumes_bit_identically(tmp_path, engine, monkeypatch):
+    """Stopped right after a random save (as a kill after a checkpoint leaves it), then resumed."""
+    settings = resume_child.settings(engine)
+    want = run(**settings)
+    total = resume_child.ENGINES[engine][1] * (resume_child.WARMUP + resume_child.SAMPLES)
+    stop_after = random.Random(engine).randint(1, total - 1)
+    save, saves = Checkpoint.save, []
+
+    def stopping_save(self, state, **progress):
+        save(self, state, **progress)
+        saves.append(1)
+        if len(saves) == stop_after:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Checkpoint, "save", stopping_save)
+    with pytest.raises(KeyboardInterrupt):
+        run(**settings, checkpoint=tmp_path, checkpoint_every=1)
+    monkeypatch.setattr(Checkpoint, "save", save)
+    _assert_same(run(**settings, checkpoint=tmp_path, resume=True, checkpoint_every=1), want, engine)
+
+
+# ----------------------------------------------------------------- in-process
+SMALL = dict(num_samples=4, warmup_steps=4, num_chains=2, seed=1)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return zoo.cosine_mlp(hidden=3)
+
+
+def test_resuming_a_finished_engine_loads_it_without_running(tmp_path, model, monkeypatch):
+    first = run(model, "cosine", engine="rwmh", checkpoint=tmp_path, **SMALL)
+    from bnnzoo.inference.engines import registry
+
+    monkeypatch.setattr(registry.Engine, "run", lambda *a, **k: pytest.fail("a finished engine ran again"))
+    again = run(model, "cosine", engine="rwmh", checkpoint=tmp_path, resume=True, **SMALL)
+    for site in first.samples:
+        np.testing.assert_array_equal(first.samples[site], again.samples[site])
+    assert again.wall_time == first.wall_time
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"scale": 0.5}, "options.scale"),
+    ({"seed": 2}, "run.seed"),
+    ({"data": {"name": "cosine", "n_train": 31}}, "data.x_train"),
+    ({"engine": "chees"}, "engine"),
+])
+def test_a_checkpoint_from_another_run_is_refused_naming_what_differs(tmp_path, model, change, field):
+    run(model, "cosine", engine="rwmh", checkpoint=tmp_path, **SMALL)
+    settings = {**SMALL, "data": "cosine", "engine": "rwmh", **change}
+    data = settings.pop("data")
+    with pytest.raises(CheckpointMismatch, match=field.replace(".", r"\.")):
+        run(model, data, checkpoint=tmp_path, resume=True, **settings)
+
+
+def test_another_spec_is_refused(tmp_path, model):
+    run(model, "cosine", engine="rwmh", checkpoint=tmp_path, **SMALL)
+    with pytest.raises(CheckpointMismatch, match=r"model\.layers"):
+        run(zoo.cosine_mlp(hidden=4), "cosine", engine="rwmh", checkpoint=tmp_path, resume=True, **SMALL)
+
+
+def test_without_resume_the_folder_starts_afresh(tmp_path, model):
+    run(model, "cosine", engine="rwmh", checkpoint=tmp_path, **SMALL)
+    fresh = run(model, "cosine", engine="rwmh", checkpoint=tmp_path, **{**SMALL, "seed": 2})  # no mismatch
+    assert fresh.options["seed"] == 2
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"resume": True}, "checkpoint=DIR"),
+    ({"checkpoint": "x", "checkpoint_every": 0}, "checkpoint_every"),
+    ({"checkpoint": "x", "checkpoint_seconds": -1.0}, "checkpoint_seconds"),
+    ({"checkpoint": "x", "resume": "yes"}, "resume"),
+])
+def test_bad_checkpoint_arguments_are_named(tmp_path, model, kwargs, message, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        run(model, "cosine", engine="rwmh", **SMALL, **kwargs)
+
+
+def test_a_failed_write_leaves_the_previous_file(tmp_path):
+    path = tmp_path / "state.pt"
+    save_object({"step": 1, "theta": torch.arange(3.0)}, path)
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("killed mid-write")
+
+    with pytest.raises(RuntimeError, match="mid-write"):
+        save_object({"step": 2, "bad": Unpicklable()}, path)
+    assert load_object(path)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["state.pt"]  # no temporary left behind
+
+
+def test_views_keep_sharing_their_storage(tmp_path):
+    base = torch.zeros(4)
+    save_object({"base": base, "view": base[1:3]}, tmp_path / "s.pt")
+    back = load_object(tmp_path / "s.pt")
+    back["view"].fill_(1.0)
+    assert back["base"].tolist() == [0.0, 1.0, 1.0, 0.0]
+
+
+def test_fingerprint_names_each_field():
+    fp = fingerprint(engine="nuts", options={"step_size": 0.1}, data={"x": np.zeros(3)})
+    assert set(fp) == {"engine", "options.step_size", "data.x"}
+    ck = Checkpoint.__new__(Checkpoint)
+    ck.directory, ck.fingerprint = Path("d"), fp
+    with pytest.raises(CheckpointMismatch, match=r"options\.step_size: checkpoint 0\.2, now 0\.1"):
+        ck._check({**fp, "options.step_size": "0.2"})
