@@ -79,7 +79,7 @@ def _compare(plan: dict, out: str, title: str, description: str, progress: bool,
 
 def cmd_demo(args) -> int:
     plan = demo_plan(quick=args.quick)
-    return _compare(plan, args.out, DEMO_TITLE, DEMO_DESCRIPTION, progress=not args.no_progress and sys.stderr.isatty(),
+    return _compare(plan, args.out, DEMO_TITLE, DEMO_DESCRIPTION, progress=not args.no_progress,
                     again="bnnzoo demo" + (" --quick" if args.quick else ""), **_checkpointing(args))
 
 
@@ -110,7 +110,7 @@ def read_run_file(path: str | Path) -> dict:
 def cmd_run(args) -> int:
     plan = read_run_file(args.spec)
     return _compare(plan, args.out, f"bnnzoo run {Path(args.spec).name}", "",
-                    progress=not args.no_progress and sys.stderr.isatty(), again=f"bnnzoo run {args.spec}",
+                    progress=not args.no_progress, again=f"bnnzoo run {args.spec}",
                     **_checkpointing(args))
 
 

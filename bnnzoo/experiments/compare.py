@@ -106,7 +106,7 @@ def save_finished(out: str | Path, label: str, result: Run, table: pd.DataFrame)
 
 
 def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 500, warmup_steps: int = 500,
-            num_chains: int = 2, seed: int = 0, progress: bool = False, checkpoint=None, resume: bool = False,
+            num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
             checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
             ) -> tuple[pd.DataFrame, dict[str, Run]]:
     """Run several engines on the same model and data; one row per engine.

@@ -16,6 +16,7 @@ from ...results import Draws, split_mcmc
 from ..potential import BNNPotential, FlatPotential, initial_theta, make_potential
 from ..checkpoint import Checkpoint
 from ..mcmc import MCMC
+from ..progress import ProgressLines, use_bar
 from ..vi import sample_mean_field
 
 __all__ = ["check_memory", "run_flat_kernel", "run_pyro_hmc", "run_vi"]
@@ -78,6 +79,14 @@ def _record_compile_time(draws: Draws, potential: FlatPotential) -> Draws:
     return draws
 
 
+def _progress(engine, progress: bool, warmup_steps: int, num_samples: int, chains: int) -> dict:
+    """``MCMC`` keywords for progress: Pyro's bar on a terminal, a line every few seconds elsewhere."""
+    if not progress or use_bar():
+        return {"disable_progbar": not progress}
+    return {"disable_progbar": True,
+            "hook_fn": ProgressLines(engine.name, {"warm-up": warmup_steps, "sampling": num_samples}, chains)}
+
+
 def _externals(checkpoint, **objects) -> None:
     """The run's objects a checkpoint stores by name (never by value)."""
     if checkpoint is not None:
@@ -98,8 +107,8 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
         check_memory(model, num_chains, int(x.shape[0]), engine.name)
     _externals(checkpoint, potential=potential, model=model, x=x, y=y)
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
-                chain_method=chain_method, transforms=potential.transforms, disable_progbar=not progress,
-                checkpoint=checkpoint)
+                chain_method=chain_method, transforms=potential.transforms, checkpoint=checkpoint,
+                **_progress(engine, progress, warmup_steps, num_samples, 1 if vectorized else num_chains))
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)
     draws.notes.update(kernel.notes())
@@ -123,8 +132,9 @@ def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_c
         potential = make_potential(model, x, y)
     _externals(checkpoint, potential=potential, model=model, x=x, y=y)
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
-                initial_params=initial, transforms=potential.transforms, disable_progbar=not progress,
-                chain_method="sequential" if checkpoint is not None else "parallel", checkpoint=checkpoint)
+                initial_params=initial, transforms=potential.transforms,
+                chain_method="sequential" if checkpoint is not None else "parallel", checkpoint=checkpoint,
+                **_progress(engine, progress, warmup_steps, num_samples, num_chains))
     mcmc.run(x, y)
     return split_mcmc(mcmc)
 

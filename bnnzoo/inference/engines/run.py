@@ -83,7 +83,7 @@ def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: 
 
 
 def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
-        num_chains: int = 2, seed: int = 0, progress: bool = False, checkpoint=None, resume: bool = False,
+        num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
         checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
         **engine_options) -> Run:
     """Run one engine on one model and data set.
@@ -98,7 +98,8 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
         Draws kept per chain, warm-up steps per chain, chains.
     seed : int
     progress : bool
-        Show Pyro's progress bar.
+        Show progress: Pyro's bar on a terminal, else a line every few seconds with the
+        phase, iterations done, rate and time left (:mod:`bnnzoo.inference.progress`).
     checkpoint : path, optional
         A folder for this run's checkpoint (:mod:`bnnzoo.inference.checkpoint`): the state
         is saved there as the run goes, and the finished result when it ends.
@@ -116,6 +117,7 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     """
     spec = check_run(engine, num_samples, warmup_steps, num_chains, seed, **engine_options)
     validation.boolean("resume", resume)
+    validation.boolean("progress", progress)
     if resume and checkpoint is None:
         raise ValueError("resume=True: give the checkpoint folder to continue from (checkpoint=DIR)")
     model = _resolve_model(model_or_spec)
