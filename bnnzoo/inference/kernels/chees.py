@@ -90,7 +90,7 @@ class ChEESHMC(AdaptiveHMC):
                 f"num_chains must be >= 2 for ChEES trajectory adaptation (a cross-chain estimate), got "
                 f"{options.num_chains!r}: run it as bnnzoo.inference.MCMC(kernel, num_chains=C, "
                 f"chain_method='vectorized'), or pass adapt_trajectory=False")
-    stat_names = AdaptiveHMC.stat_names + ("trajectory_length",)
+    stat_names = AdaptiveHMC.stat_names + ("trajectory_length", "reached_max_steps")
 
     def _reset(self) -> None:
         super()._reset()
@@ -100,6 +100,7 @@ class ChEESHMC(AdaptiveHMC):
         self._jitter_index = 0
         self._guess_trajectory_length = False
         self._length_now = None
+        self._capped = False
 
     def prepare(self, theta: Tensor) -> None:
         super().prepare(theta)
@@ -128,10 +129,14 @@ class ChEESHMC(AdaptiveHMC):
     def leapfrog_steps(self) -> int:
         self._length_now = self.trajectory_length  # reported with the transition
         steps = math.ceil(self._next_jitter() * self.trajectory_length / self.step_size)
+        # the length is held at the cap of max_leapfrog_steps steps (the adaptation wants longer)
+        self._capped = self.trajectory_length >= self.step_size * self.options.max_leapfrog_steps * (1 - 1e-9)
         return min(max(steps, 1), self.options.max_leapfrog_steps)
 
     def extra_stats(self, theta: Tensor) -> dict[str, Tensor]:
-        return {"trajectory_length": torch.full((theta.shape[0],), self._length_now, dtype=theta.dtype)}
+        chains = theta.shape[0]
+        return {"trajectory_length": torch.full((chains,), self._length_now, dtype=theta.dtype),
+                "reached_max_steps": torch.full((chains,), self._capped, dtype=torch.bool)}
 
     # -------------------------------------------------------- adaptation
     def adapt(self, theta, tr, prob, diverging, time, theta_out) -> None:

@@ -183,7 +183,7 @@ class _RecordingMixin:
         return OrderedDict(super().logging())
 
 
-_DTYPES = {"diverging": bool, "n_steps": np.int64, "tree_depth": np.int64}
+_DTYPES = {"diverging": bool, "n_steps": np.int64, "tree_depth": np.int64, "reached_max_tree_depth": bool}
 
 
 class HMC(_RecordingMixin, PyroHMC):
@@ -217,7 +217,8 @@ class HMC(_RecordingMixin, PyroHMC):
 
 class NUTS(_RecordingMixin, PyroNUTS):
     """Pyro's :class:`pyro.infer.mcmc.NUTS` with per-draw statistics
-    (adds ``n_steps``: leapfrog steps, and ``tree_depth``: doublings of the final tree);
+    (adds ``n_steps``: leapfrog steps, ``tree_depth``: doublings of the final tree, and
+    ``reached_max_tree_depth``: the tree stopped at ``max_tree_depth`` before a U-turn);
     defaults from :class:`NUTSOptions`."""
 
     Options = NUTSOptions
@@ -258,4 +259,5 @@ class NUTS(_RecordingMixin, PyroNUTS):
 
     def _transition_stats(self):
         self._record.leaves.clear()
-        return {"n_steps": self._leapfrogs, "tree_depth": self._depth}
+        return {"n_steps": self._leapfrogs, "tree_depth": self._depth,
+                "reached_max_tree_depth": self._depth >= PyroInternals.max_tree_depth(self)}

@@ -31,7 +31,7 @@ class PyroInternals:
     HMC_ATTRS = ("_t", "_warmup_steps", "_mean_accept_prob", "_divergences", "_potential_energy_last", "_z_last",
                  "_reset", "_kinetic_energy", "mass_matrix_adapter", "step_size", "num_steps")
     #: NUTS's tree builders, wrapped to count leaves, depth and every leaf's energy
-    NUTS_ATTRS = ("_build_basetree", "_build_tree")
+    NUTS_ATTRS = ("_build_basetree", "_build_tree", "_max_tree_depth")
     #: fields of the NUTS tree (``pyro.infer.mcmc.nuts._TreeInfo``) read from a leaf
     TREE_FIELDS = ("z_proposal", "z_proposal_pe")
     #: module globals: HMC's integrator, swapped for a step-by-step copy during a transition
@@ -65,6 +65,11 @@ class PyroInternals:
     def counters(kernel) -> tuple[int, int, float, int]:
         """``(t, warmup_steps, mean_accept_prob, number of divergences)``."""
         return kernel._t, kernel._warmup_steps, kernel._mean_accept_prob, len(kernel._divergences)
+
+    @staticmethod
+    def max_tree_depth(kernel) -> int:
+        """NUTS's cap on tree doublings."""
+        return kernel._max_tree_depth
 
     @staticmethod
     def potential_energy(kernel):
