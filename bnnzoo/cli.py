@@ -53,7 +53,8 @@ def _load_data(table: dict | str | None, seed: int):
 
 
 def _compare(plan: dict, out: str, title: str, description: str, progress: bool, resume: bool = False,
-             checkpoint_every: int | None = None, checkpoint_seconds: float | None = 30.0, again: str = "") -> int:
+             checkpoint_every: int | None = None, checkpoint_seconds: float | None = 30.0, again: str = "",
+             threads="auto") -> int:
     """Run the plan's engines with checkpoints in ``out``; on Ctrl-C, report what finished and how to go on."""
     from .experiments import compare, format_table, write_report
 
@@ -63,7 +64,7 @@ def _compare(plan: dict, out: str, title: str, description: str, progress: bool,
     try:
         table, runs = compare(plan["spec"], data, engines=plan["engines"], seed=seed, progress=progress,
                               checkpoint=out, resume=resume, checkpoint_every=checkpoint_every,
-                              checkpoint_seconds=checkpoint_seconds, **common)
+                              checkpoint_seconds=checkpoint_seconds, threads=threads, **common)
     except KeyboardInterrupt as stop:
         runs = getattr(stop, "runs", {})
         if runs:
@@ -116,7 +117,7 @@ def cmd_run(args) -> int:
 
 def _checkpointing(args) -> dict:
     return {"resume": args.resume, "checkpoint_every": args.checkpoint_every,
-            "checkpoint_seconds": args.checkpoint_seconds}
+            "checkpoint_seconds": args.checkpoint_seconds, "threads": args.threads}
 
 
 def _add_checkpoint_arguments(p) -> None:
@@ -177,12 +178,24 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def _threads(text: str):
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer >= 1, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bnnzoo", description="Bayesian neural networks: models, engines, diagnostics.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: the small networks here run fastest on one, "
-                             "and more threads thrash on a busy machine)")
+    parser.add_argument("--threads", type=_threads, default="auto",
+                        help="torch CPU threads: a number, or 'auto' (default: one for a small network, "
+                             "else the free cores; see bnnzoo.inference.threads)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="compare NUTS, HMC, RWMH, SVI and ChEES-HMC on the cosine MLP and write a report")
@@ -212,9 +225,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    import torch
-
-    torch.set_num_threads(max(1, args.threads))
     warnings.filterwarnings("ignore", message="num_chains=.*available_cpu")
     warnings.filterwarnings("ignore", category=FutureWarning)
     try:

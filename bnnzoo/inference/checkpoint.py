@@ -256,8 +256,17 @@ class Checkpoint:
             raise CheckpointMismatch(f"checkpoint {self.directory}: written by a different run; "
                                      + "; ".join(diff) + " (start afresh without resume, or use another folder)")
 
+    def threads(self, chosen: int) -> int:
+        """The thread count to run with: the one the stopped run used, when resuming one (a matrix
+        product's rounding may depend on it), else ``chosen``, recorded for a later resume."""
+        path = self.directory / "threads.json"
+        if self.resume and path.exists():
+            return int(json.loads(path.read_text()))
+        _atomic(path, lambda f: f.write(str(int(chosen)).encode()))
+        return chosen
+
     def clear(self) -> None:
-        for name in ("state.pt", "result.pt", "fingerprint.pt", "progress.json"):
+        for name in ("state.pt", "result.pt", "fingerprint.pt", "progress.json", "threads.json"):
             (self.directory / name).unlink(missing_ok=True)
         shutil.rmtree(self.directory / "draws", ignore_errors=True)
 

@@ -2,7 +2,6 @@
 draws of an uninterrupted run bit for bit; a checkpoint from another run is refused."""
 
 import json
-import os
 import random
 import signal
 import subprocess

@@ -12,6 +12,7 @@ from ...models import BNN, zoo
 from ...models.spec import spec_from
 from ...results import Run
 from ..checkpoint import CHECKPOINT_SECONDS, Checkpoint, fingerprint
+from ..threads import check_threads, choose_threads, using_threads, work_per_gradient
 from ..tuning import recommend_target_accept
 from .registry import ENGINES, Engine
 
@@ -85,7 +86,7 @@ def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: 
 def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
         num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
         checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
-        **engine_options) -> Run:
+        threads="auto", **engine_options) -> Run:
     """Run one engine on one model and data set.
 
     Parameters
@@ -108,6 +109,10 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
         from its last save and gives the draws an uninterrupted run would have given.
     checkpoint_every, checkpoint_seconds
         Save every that many iterations (VI: steps) and/or seconds (default: every 30 s).
+    threads : "auto", int or None
+        torch intra-op threads during the run (:mod:`bnnzoo.inference.threads`): ``"auto"``
+        picks from the work per gradient and the free cores, None leaves torch's setting; the
+        caller's setting is restored afterwards. The count used is in ``Run.notes["threads"]``.
     **engine_options
         Options of the engine (``ENGINES[engine].options()`` lists them).
 
@@ -118,6 +123,7 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     spec = check_run(engine, num_samples, warmup_steps, num_chains, seed, **engine_options)
     validation.boolean("resume", resume)
     validation.boolean("progress", progress)
+    check_threads(threads)
     if resume and checkpoint is None:
         raise ValueError("resume=True: give the checkpoint folder to continue from (checkpoint=DIR)")
     model = _resolve_model(model_or_spec)
@@ -136,11 +142,15 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
             return Run.from_draws(done["draws"], engine=engine, kind=spec.kind, model=model, data=data,
                                   wall_time=done["wall_time"], options=options)
     pyro.set_rng_seed(seed)
-    start = time.perf_counter()
-    draws = spec.run(model, data.x_train, data.y_train, num_samples, warmup_steps, num_chains, progress,
-                     checkpoint=store, **engine_options)
-    wall = time.perf_counter() - start
-    draws.notes.update(tuning)  # into the InferenceData's attrs too
+    if store is not None and threads is not None:
+        threads = store.threads(choose_threads(work_per_gradient(model, len(data.x_train), num_chains))
+                                if threads == "auto" else threads)
+    with using_threads(threads, work_per_gradient(model, len(data.x_train), num_chains)) as used:
+        start = time.perf_counter()
+        draws = spec.run(model, data.x_train, data.y_train, num_samples, warmup_steps, num_chains, progress,
+                         checkpoint=store, **engine_options)
+        wall = time.perf_counter() - start
+    draws.notes.update(tuning, threads=used)  # into the InferenceData's attrs too
     if store is not None:
         store.finish({"draws": draws, "wall_time": wall})
     return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=data, wall_time=wall,
