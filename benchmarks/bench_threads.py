@@ -1,0 +1,93 @@
+"""The thread policy (``threads="auto"``) against fixed thread counts, on a quiet and a loaded machine.
+
+For the cosine MLP (1-50-1, 100 points) and the digits MLP (64-128-128-10, 1000
+points), 8 chains, one batched value and gradient of the potential is timed with
+1 thread, every core, and the count ``threads="auto"`` picks
+(:func:`bnnzoo.inference.threads.choose_threads`), twice: with the machine as it is
+("quiet") and while a second process burns one core ("loaded"). The settings
+alternate inside each round (``--rounds``), medians over rounds are reported,
+with each setting's ratio to the best setting of its row. Usage:
+``python benchmarks/bench_threads.py [--rounds 5]``; writes
+``benchmarks/results/threads.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import machine, markdown_table, time_call, write_results  # noqa: E402
+
+from bnnzoo.data import load  # noqa: E402
+from bnnzoo.inference.potential import BNNPotential, initial_theta  # noqa: E402
+from bnnzoo.inference.threads import _cores, choose_threads, work_per_gradient  # noqa: E402
+from bnnzoo.models import BNN, zoo  # noqa: E402
+
+CHAINS = 8
+
+
+def _burn(stop) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+def _problems():
+    cosine = load("cosine", seed=0)
+    digits = load("digits", seed=0)
+    return {"cosine MLP": (BNN(zoo.cosine_mlp()), cosine), "digits MLP": (BNN(zoo.digits_mlp()), digits)}
+
+
+def measure(rounds: int) -> list[dict]:
+    rows = []
+    cores = _cores()
+    for load_name in ("quiet", "loaded"):
+        stop, burner = mp.Event(), None
+        if load_name == "loaded":
+            burner = mp.Process(target=_burn, args=(stop,), daemon=True)
+            burner.start()
+            time.sleep(2.0)  # let the load average notice (auto reads it)
+        for name, (model, data) in _problems().items():
+            potential = BNNPotential(model, data.x_train, data.y_train)
+            theta = initial_theta(potential, CHAINS, 1.0)
+            work = work_per_gradient(model, len(data.x_train), CHAINS)
+            settings = {"1 thread": 1, f"{cores} threads": cores}
+            times = {k: [] for k in list(settings) + ["auto"]}
+            auto_counts = []
+            for _ in range(rounds):
+                auto_counts.append(choose_threads(work))
+                for label, count in list(settings.items()) + [("auto", auto_counts[-1])]:
+                    torch.set_num_threads(count)
+                    times[label].append(time_call(lambda: potential.value_and_grad(theta), min_time=0.3))
+            med = {k: statistics.median(v) for k, v in times.items()}
+            best = min(med.values())
+            row = {"machine": load_name, "model": name, "work": work, "auto picks": statistics.mode(auto_counts)}
+            for label, t in med.items():
+                row[f"{label} (ms)"] = 1e3 * t
+            row["auto / best"] = med["auto"] / best
+            rows.append(row)
+        if burner is not None:
+            stop.set()
+            burner.join()
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    rows = measure(args.rounds)
+    columns = list(rows[0])
+    table = markdown_table(rows, columns)
+    print(table)
+    write_results("threads", {"machine": machine(), "chains": CHAINS, "rounds": args.rounds, "rows": rows}, table)
+
+
+if __name__ == "__main__":
+    main()
