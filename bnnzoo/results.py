@@ -18,23 +18,30 @@ imports nothing from ``bnnzoo.inference`` or ``bnnzoo.diagnostics``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["Draws", "Run", "VITrace", "split_mcmc"]
+__all__ = ["Draws", "Run", "VITrace", "failure_notes", "split_mcmc"]
 
 
 @dataclass
 class VITrace:
     """The optimisation record of a VI run, one row per independent fit (chain).
 
+    The convergence tests (``bnnzoo.inference.vi.convergence``): a fit has converged when
+    the mean ELBO estimate of its last ``window`` steps differs from that of the ``window``
+    steps before by at most ``tolerance`` standard errors of that difference, and the mean of
+    ``gradient_draws`` fresh gradient estimates at the fitted guide is zero within noise
+    (``stationarity``, about N(0, 1) at a stationary point, at most ``tolerance``).
+
     Attributes
     ----------
     loss : ndarray
-        ``[chain, step]`` the negative ELBO estimate of every step.
+        ``[chain, step]`` the negative ELBO estimate of every step (NaN after a fit stopped).
     terms : dict of ndarray
         ``[chain, step]`` per recorded term (e.g. ``nll``, ``kl``, learning rates).
     guide : dict of ndarray
@@ -43,6 +50,28 @@ class VITrace:
         Minibatches per epoch.
     skipped_steps : ndarray
         ``[chain]`` steps skipped because the loss or a gradient was not finite.
+    num_steps : ndarray of int, optional
+        ``[chain]`` steps each fit took.
+    converged : ndarray of bool, optional
+        ``[chain]`` ``|relative_change| <= tolerance`` and ``stationarity <= tolerance``.
+    relative_change : ndarray, optional
+        ``[chain]`` change of the smoothed ELBO over the last window, in standard errors
+        (positive: still improving; NaN: too few steps to judge).
+    stationarity : ndarray, optional
+        ``[chain]`` the standardised sum of squared t-statistics of the fresh mean gradient.
+    final_elbo : ndarray, optional
+        ``[chain]`` mean ELBO estimate over each fit's last window.
+    window : int
+        Steps per window of the ELBO test.
+    gradient_draws : int
+        Fresh gradient estimates per fit behind ``stationarity``.
+    tolerance : float
+    spread_elbo : float
+        Largest difference of ``final_elbo`` between two fits (nats; NaN for one fit).
+    spread_loc : float
+        Largest difference of a guide mean between two fits, in units of the guide sd
+        (``sqrt((s_c^2 + s_c'^2) / 2)``; NaN for one fit). Network weights are not identifiable:
+        fits of a network differ here even when each converged.
     """
 
     loss: np.ndarray
@@ -50,6 +79,16 @@ class VITrace:
     guide: dict[str, np.ndarray] = field(default_factory=dict)
     num_batches: int = 1
     skipped_steps: np.ndarray | None = None
+    num_steps: np.ndarray | None = None
+    converged: np.ndarray | None = None
+    relative_change: np.ndarray | None = None
+    stationarity: np.ndarray | None = None
+    final_elbo: np.ndarray | None = None
+    window: int = 0
+    gradient_draws: int = 0
+    tolerance: float = math.nan
+    spread_elbo: float = math.nan
+    spread_loc: float = math.nan
 
 
 @dataclass
@@ -199,16 +238,34 @@ def _final_state(diagnostics: list[dict], name: str) -> dict[str, np.ndarray] | 
     return {site: np.concatenate([np.asarray(r[site]) for r in rows]) for site in rows[0]}
 
 
+def failure_notes(failure: dict[str, np.ndarray] | None) -> dict[str, Any]:
+    """``Run.notes`` of a kernel that flags failed chains (the SG-MCMC kernels' ``final_state["failure"]``,
+    ``[chain]`` arrays): ``failed`` (a bool per chain) and ``failed_at`` (per chain None, or
+    ``{"phase": "warmup" | "sampling", "iteration", "draw", "reason"}``: the SG-MCMC iteration
+    counted from 1 over the whole run, and the index of the draw in ``warmup_sample_stats`` /
+    ``sample_stats``). Empty where the kernel does not check."""
+    if failure is None:
+        return {}
+    failed = [bool(f) for f in np.asarray(failure["failed"]).reshape(-1)]
+    columns = (np.asarray(failure[k]).reshape(-1) for k in ("warmup", "iteration", "draw", "reason"))
+    at = [None if not f else {"phase": "warmup" if bool(w) else "sampling", "iteration": int(i), "draw": int(d),
+                              "reason": str(r)}
+          for f, w, i, d, r in zip(failed, *columns)]
+    return {"failed": failed, "failed_at": at}
+
+
 def split_mcmc(mcmc) -> Draws:
     """:class:`Draws` of a finished ``pyro.infer.MCMC`` or ``bnnzoo.inference.MCMC``.
 
     ``bnnzoo.inference.MCMC`` already presents C chains (``sample_stats()``); under plain
     Pyro the kernels' statistics come from the public ``diagnostics()``, and a bnnzoo
-    kernel that advanced C chains inside one Pyro chain is split back into C chains."""
+    kernel that advanced C chains inside one Pyro chain is split back into C chains.
+    Failed chains (:func:`failure_notes`) go to ``notes``."""
     grouped = {k: _to_numpy(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
     if hasattr(mcmc, "sample_stats"):
         return Draws(grouped, mcmc.sample_stats(), mcmc.sample_stats(warmup=True),
-                     inclusion_prob=mcmc.final_state("inclusion_prob"), pruning_mask=mcmc.final_state("pruning_mask"))
+                     inclusion_prob=mcmc.final_state("inclusion_prob"), pruning_mask=mcmc.final_state("pruning_mask"),
+                     notes=failure_notes(mcmc.final_state("failure")))
     diagnostics = _kernel_diagnostics(mcmc)
     vectorized = int(diagnostics[0].get("num_chains", 1)) if diagnostics else 1
     num_draws = next(iter(grouped.values())).shape[1]
@@ -222,4 +279,5 @@ def split_mcmc(mcmc) -> Draws:
     if warm_rows and warm_rows[0]["sample_stats"]:
         warm = _stack_stats(warm_rows, lambda d: len(next(iter(d["sample_stats"].values()))), vectorized)
     return Draws(grouped, stats, warm, inclusion_prob=_final_state(diagnostics, "inclusion_prob"),
-                 pruning_mask=_final_state(diagnostics, "pruning_mask"))
+                 pruning_mask=_final_state(diagnostics, "pruning_mask"),
+                 notes=failure_notes(_final_state(diagnostics, "failure")))

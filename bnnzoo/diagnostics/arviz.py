@@ -37,7 +37,13 @@ inclusion_prob
 
 Attributes (posterior, sample_stats and the InferenceData itself): ``engine``,
 ``method``, ``inference_library`` (``pyro``), ``sampling_time`` (seconds, the run's
-wall time), ``num_warmup``, ``options`` (JSON) and ``option.<name>`` (strings).
+wall time), ``num_warmup``, ``options`` (JSON) and ``option.<name>`` (strings), and the
+run's notes (lists and tables as JSON). Among them: SG-MCMC runs have ``failed`` (a bool
+per chain) and ``failed_at`` (per chain null or ``{phase, iteration, draw, reason}``);
+SVI runs have ``converged`` (a bool per fit), ``relative_change`` (the change of the
+smoothed ELBO over the last window, in standard errors, per fit), ``convergence_window``,
+``convergence_tolerance``, ``num_steps_taken`` (per fit), ``spread_elbo``, ``spread_loc``
+and ``convergence`` (the rule in words).
 """
 
 from __future__ import annotations
@@ -183,7 +189,8 @@ def _from_run(run) -> _Source:
     }
     if svi:
         attrs["guide"] = "mean-field Normal on the unconstrained parameters"
-    attrs.update(run.notes)  # engine notes, e.g. SG-MCMC's minibatch lp
+    attrs.update(run.notes)  # engine notes, e.g. SG-MCMC's minibatch lp and failed chains
+    attrs.update(_convergence_attrs(run.vi))
     spec = getattr(run.model, "spec", None)
     if spec is not None and getattr(spec, "name", None):
         attrs["model"] = str(spec.name)
@@ -197,6 +204,28 @@ def _from_run(run) -> _Source:
         vi_trace={} if vi is None else {k: np.asarray(v) for k, v in vi.terms.items()},
         inclusion_prob={k: np.asarray(v) for k, v in (run.inclusion_prob or {}).items()},
     )
+
+
+#: the SVI convergence rule, in words (bnnzoo.inference.vi.convergence)
+CONVERGENCE_RULE = ("a fit has converged when the mean ELBO estimate of its last convergence_window steps differs "
+                    "from that of the window before by at most convergence_tolerance standard errors of the "
+                    "difference (relative_change, positive: still improving)")
+
+
+def _convergence_attrs(vi) -> dict[str, Any]:
+    """The convergence test of an SVI run (``Run.vi``) as attributes; {} where it has none."""
+    if vi is None or getattr(vi, "converged", None) is None:
+        return {}
+    return {
+        "converged": [bool(c) for c in np.asarray(vi.converged)],
+        "relative_change": [float(r) for r in np.asarray(vi.relative_change)],
+        "convergence_window": int(vi.window),
+        "convergence_tolerance": float(vi.tolerance),
+        "num_steps_taken": [int(n) for n in np.asarray(vi.num_steps)],
+        "spread_elbo": float(vi.spread_elbo),
+        "spread_loc": float(vi.spread_loc),
+        "convergence": CONVERGENCE_RULE,
+    }
 
 
 def _from_mcmc(mcmc, model, data) -> _Source:
@@ -218,6 +247,7 @@ def _from_mcmc(mcmc, model, data) -> _Source:
         "engine": type(kernel).__name__ if kernel is not None else "MCMC",
         "method": "mcmc",
         "num_warmup": int(getattr(mcmc, "warmup_steps", 0) or 0),
+        **draws.notes,  # failed chains
     }
     return _Source(samples=draws.samples, sample_stats=draws.sample_stats,
                    warmup_stats=draws.warmup_sample_stats, model=model, args=args,
@@ -354,8 +384,10 @@ def _attrs(src: _Source, chains: int, draws: int) -> dict[str, Any]:
 
     attrs = {"inference_library": "pyro", "inference_library_version": pyro.__version__,
              "bnnzoo_version": __version__, "num_chains": chains, "num_draws": draws, **src.attrs}
-    for k, v in attrs.items():  # netCDF attributes: str, int or float only
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (str, int, float, np.integer, np.floating)):
+    for k, v in attrs.items():  # netCDF attributes: str, int or float only; lists and tables as JSON
+        if isinstance(v, (list, tuple, dict)):
+            attrs[k] = json.dumps(v, default=str)
+        elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (str, int, float, np.integer, np.floating)):
             attrs[k] = str(v)
     return attrs
 

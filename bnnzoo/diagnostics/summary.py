@@ -1,6 +1,7 @@
-"""One table per run: ``az.summary`` plus ESS per second, sparsity and per-chain
-sampler statistics (:func:`summary`, :func:`chain_table`), and the mixing
-numbers that compare engines (:func:`mixing`).
+"""One table per run: ``az.summary`` plus ESS per second, sparsity, per-chain
+sampler statistics and the run's own verdicts (:func:`summary`, :func:`chain_table`,
+:func:`run_checks`: SG-MCMC chains that failed, SVI fits that did not converge), and
+the mixing numbers that compare engines (:func:`mixing`).
 
 R-hat and ESS always come from ArviZ (rank-normalised split R-hat and bulk ESS,
 Vehtari et al. 2021, "Rank-normalization, folding, and localization: an
@@ -15,6 +16,7 @@ inputs) as the headline, next to the ESS/R-hat of ``lp`` and the weight-space nu
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -84,13 +86,48 @@ def sparsity(idata_or_run, threshold: float = SPARSITY_THRESHOLD, by_chain: bool
     return per_chain if by_chain else float(counts.sum() / (sizes * len(counts)))
 
 
+#: the run-level verdicts :func:`run_checks` reads from the attributes
+CHECKS = ("failed", "failed_at", "converged", "relative_change", "convergence_window", "convergence_tolerance",
+          "num_steps_taken", "spread_elbo", "spread_loc")
+
+
+def _attr(attrs, name: str):
+    value = attrs.get(name)
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def run_checks(idata_or_run) -> dict:
+    """The run's own verdicts, from its InferenceData attributes (:func:`~bnnzoo.diagnostics.to_inference_data`):
+    SG-MCMC ``failed`` (a bool per chain) and ``failed_at`` (per chain None or ``{phase, iteration,
+    draw, reason}``); SVI ``converged`` (a bool per fit), ``relative_change`` (per fit, in standard
+    errors), ``convergence_window``, ``convergence_tolerance``, ``num_steps_taken``, ``spread_elbo``
+    (nats) and ``spread_loc`` (guide sds). Only what the run recorded."""
+    idata = _idata(idata_or_run)
+    attrs = {**(getattr(idata, "attrs", None) or {}), **idata.posterior.attrs}
+    return {k: _attr(attrs, k) for k in CHECKS if k in attrs}
+
+
 def _stat(stats, name: str):
     return stats[name].values if stats is not None and name in stats else None
 
 
+def _flags(checks: dict, name: str, chains: int) -> pd.array:
+    values = checks.get(name)
+    if not isinstance(values, list) or len(values) != chains:
+        values = [None] * chains
+    return pd.array(values, dtype="boolean")
+
+
 def chain_table(idata_or_run, sparsity_threshold: float = SPARSITY_THRESHOLD) -> pd.DataFrame:
     """One row per chain: mean acceptance rate, divergences, mean step size, mean
-    leapfrog steps, mean ``lp`` and weight sparsity (NaN where the engine has no such stat)."""
+    leapfrog steps, mean ``lp``, weight sparsity (NaN where the engine has no such stat),
+    and ``failed`` (SG-MCMC: the chain blew up) and ``converged`` (SVI: the fit settled),
+    missing (``<NA>``) where the engine does not check."""
     idata = _idata(idata_or_run)
     stats = getattr(idata, "sample_stats", None)
     chains = idata.posterior.sizes["chain"]
@@ -108,6 +145,9 @@ def chain_table(idata_or_run, sparsity_threshold: float = SPARSITY_THRESHOLD) ->
         "lp_mean": per_chain("lp", lambda v: v.mean(1)),
         "sparsity": sparsity(idata, sparsity_threshold, by_chain=True),
     }, index=pd.Index(idata.posterior["chain"].values, name="chain"))
+    checks = run_checks(idata)
+    table["failed"] = _flags(checks, "failed", chains)
+    table["converged"] = _flags(checks, "converged", chains)
     return table
 
 
@@ -133,8 +173,10 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
         One row per scalar, ``az.summary``'s columns plus ``ess_bulk_per_s``,
         ``ess_tail_per_s`` (ESS over the run's wall time) and ``sparsity`` (fraction
         of draws with ``|value| < threshold``). ``df.attrs`` holds the run-level
-        numbers: ``sampling_time``, ``sparsity`` (over all weights), and per chain
-        ``acceptance_rate``, ``divergences`` (lists, see :func:`chain_table`).
+        numbers: ``sampling_time``, ``sparsity`` (over all weights), per chain
+        ``acceptance_rate``, ``divergences`` (lists, see :func:`chain_table`), and the
+        run's verdicts of :func:`run_checks` (SG-MCMC ``failed``, ``failed_at``; SVI
+        ``converged``, ``relative_change``, ``spread_elbo``, ``spread_loc``, ...).
     """
     idata = _idata(idata_or_run)
     near_zero = {"sparsity": lambda a: float(np.mean(np.abs(a) < sparsity_threshold))}
@@ -154,6 +196,7 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
         "sparsity": sparsity(idata, sparsity_threshold),
         "acceptance_rate": chains["acceptance_rate"].tolist(),
         "divergences": chains["divergences"].tolist(),
+        **run_checks(idata),
     })
     return table
 

@@ -32,10 +32,11 @@ COMMON = ("num_samples", "warmup_steps", "num_chains", "seed")
 
 COLUMNS = {
     "regression": ["engine", "kind", "chains", "draws", "wall_time_s", "rmse", "nll", "acceptance", "divergences",
-                   "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s", "rhat_w_max", "ess_w_min"],
+                   "failed", "converged", "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s", "rhat_w_max",
+                   "ess_w_min"],
     "classification": ["engine", "kind", "chains", "draws", "wall_time_s", "accuracy", "ece", "nll", "acceptance",
-                       "divergences", "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s", "rhat_w_max",
-                       "ess_w_min"],
+                       "divergences", "failed", "converged", "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max",
+                       "ess_per_s", "rhat_w_max", "ess_w_min"],
 }
 
 
@@ -76,6 +77,11 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
     row["acceptance"] = float(np.mean(acceptance)) if acceptance is not None else math.nan
     diverging = stats.get("diverging")
     row["divergences"] = int(np.sum(diverging)) if diverging is not None else math.nan
+    # the run's own verdicts: chains that blew up (SG-MCMC), fits that settled (SVI); NaN where not checked
+    failed = (result.notes or {}).get("failed")
+    row["failed"] = int(np.sum(failed)) if failed is not None else math.nan
+    converged = getattr(result.vi, "converged", None)
+    row["converged"] = int(np.sum(converged)) if converged is not None else math.nan
     row.update(mixing(result))
     ess = [row["ess_lp"], row["ess_f_min"]]
     ess = [e for e in ess if not math.isnan(e)]

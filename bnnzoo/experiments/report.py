@@ -35,6 +35,13 @@ READING_GUIDE = """\
   divergent transitions (NaN energies count as divergences) after warm-up.
   SVI has neither: its "chains" are independent fits, so its R-hat measures how
   much the fits disagree.
+- **failed**: SG-MCMC chains whose iterates blew up (left the finite numbers,
+  grew past 1e6 times their initial radius, or froze where the potential is not
+  finite); their draws are not posterior draws. Empty for engines that do not check.
+- **converged**: SVI fits that converged: the smoothed ELBO settled (the mean ELBO
+  of the last window of steps is within 3 standard errors of that of the window
+  before) and the mean of fresh gradient estimates at the fitted guide is zero within
+  noise. A fit that has not converged stopped too early: raise num_steps.
 - R-hat near 1 (below 1.01-1.05) and ESS in the hundreds are what to look for.
 """
 
@@ -67,6 +74,34 @@ def _figures(label: str, run, idata, out: Path) -> list[str]:
     return lines
 
 
+def _verdicts(run) -> list[str]:
+    """Lines on the run's own checks: failed SG-MCMC chains, SVI fits that did not converge."""
+    lines = []
+    notes = getattr(run, "notes", None) or {}
+    failed = notes.get("failed")
+    if failed is not None:
+        bad = [(c, at) for c, (f, at) in enumerate(zip(failed, notes.get("failed_at") or [None] * len(failed))) if f]
+        if not bad:
+            lines.append(f"Failed chains: none of {len(failed)}.")
+        for c, at in bad:
+            where = "" if not at else (f" at {'warm-up' if at['phase'] == 'warmup' else 'sampling'} iteration "
+                                       f"{at['iteration']} (draw {at['draw']}): {at['reason']}")
+            lines.append(f"**Chain {c} failed**{where}; its draws are not posterior draws.")
+    vi = getattr(run, "vi", None)
+    if vi is not None and getattr(vi, "converged", None) is not None:
+        changes = ", ".join(f"{r:+.2f}" for r in vi.relative_change)
+        stationarity = ", ".join(f"{z:.2f}" for z in vi.stationarity) if vi.stationarity is not None else "–"
+        verdict = "Converged" if bool(vi.converged.all()) else "**Not converged**"
+        lines.append(f"{verdict}: {int(vi.converged.sum())} of {len(vi.converged)} fits converged (change of the "
+                     f"smoothed ELBO over the last {vi.window} steps: {changes} standard errors; stationarity of "
+                     f"the guide: {stationarity}; tolerance {vi.tolerance:g}; steps taken: "
+                     f"{', '.join(str(int(n)) for n in vi.num_steps)}).")
+        if len(vi.converged) > 1:
+            lines.append(f"Spread across fits: ELBO {vi.spread_elbo:.3g} nats, guide means up to "
+                         f"{vi.spread_loc:.3g} guide sds (network weights are not identifiable).")
+    return lines
+
+
 def write_report(table: pd.DataFrame, runs: Mapping[str, object], out: str | Path, title: str,
                  description: str = "") -> Path:
     """Write ``<label>.nc`` per run, ``comparison.csv``, figures and ``report.md`` into ``out``."""
@@ -83,6 +118,8 @@ def write_report(table: pd.DataFrame, runs: Mapping[str, object], out: str | Pat
         lines += [f"## {label}", "",
                   f"{run.num_chains} chains x {run.num_draws} draws, {run.wall_time:.1f} s. "
                   f"Options: `{run.options}`", ""]
+        verdicts = _verdicts(run)
+        lines += verdicts + ([""] if verdicts else [])
         lines += _figures(label, run, idata, out) + [""]
     lines.append(READING_GUIDE)
     path = out / "report.md"

@@ -16,10 +16,14 @@ def test_compare_two_cheap_engines(cosine):
     assert list(table.index) == ["rwmh", "svi", "rwmh#2"]
     assert list(runs) == ["rwmh", "svi", "rwmh#2"]
     expected = ["engine", "kind", "chains", "draws", "wall_time_s", "rmse", "nll", "acceptance", "divergences",
-                "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s", "rhat_w_max", "ess_w_min"]
+                "failed", "converged", "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s", "rhat_w_max",
+                "ess_w_min"]
     assert list(table.columns) == expected
     assert table.loc["svi", "draws"] == 30 and table.loc["rwmh", "draws"] == 40
-    numeric = table.drop(columns=["engine", "kind"])
+    # the run's own verdicts: SG-MCMC chains that failed, SVI fits that converged; NaN where not checked
+    assert table[["failed", "converged"]].drop(index="svi").isna().all().all()
+    assert math.isnan(table.loc["svi", "failed"]) and table.loc["svi", "converged"] == runs["svi"].vi.converged.sum()
+    numeric = table.drop(columns=["engine", "kind", "failed", "converged"])
     assert np.isfinite(numeric.drop(index="svi").to_numpy(float)).all()
     svi = numeric.loc["svi"]
     assert math.isnan(svi["acceptance"]) and math.isnan(svi["divergences"])
@@ -44,3 +48,24 @@ def test_compare_classification_columns_and_labels(bernoulli_run):
     assert 0 <= table.loc["short", "accuracy"] <= 1
     with pytest.raises(ValueError, match="kind"):
         compare(bernoulli_run.model, data, engines=[{"scale": 0.1}])
+
+
+def test_failed_chains_and_unconverged_fits_in_the_table_and_report(cosine, tmp_path):
+    from bnnzoo.experiments import write_report
+    from bnnzoo.experiments.report import _verdicts
+
+    engines = [{"kind": "sgld", "label": "blown", "step_size": 10.0}, {"kind": "sgld", "label": "sound"},
+               {"kind": "svi", "num_steps": 50}]
+    with pytest.warns(UserWarning) as caught:
+        table, runs = compare(zoo.cosine_mlp(hidden=4), cosine, engines=engines, num_samples=10, warmup_steps=10,
+                              num_chains=2)
+    messages = [str(w.message) for w in caught]
+    assert any(m.startswith("SGLD: 2 of 2 chain(s) failed") for m in messages)
+    assert any(m.startswith("svi: 2 of 2 fits did not converge") for m in messages)
+    assert table.loc["blown", "failed"] == 2 and table.loc["sound", "failed"] == 0
+    assert table.loc["svi", "converged"] == 0 and math.isnan(table.loc["blown", "converged"])
+    assert _verdicts(runs["sound"]) == ["Failed chains: none of 2."]
+    assert _verdicts(runs["svi"])[0].startswith("**Not converged**: 0 of 2 fits converged")
+    text = write_report(table.loc[["blown"]], {"blown": runs["blown"]}, tmp_path, "Verdicts").read_text()
+    assert "**Chain 0 failed** at warm-up iteration" in text and "**Chain 1 failed**" in text
+    assert "- **failed**:" in text and "- **converged**:" in text

@@ -33,12 +33,19 @@ class LinearRegression:
     def sd(self) -> np.ndarray:
         return np.sqrt(np.diag(self.cov))
 
+    @property
+    def mean_field_sd(self) -> np.ndarray:
+        """The sds of the mean-field optimum: ``1 / sqrt(diag(precision))`` (its means are ``mean``)."""
+        return 1.0 / np.sqrt(np.diag(np.linalg.inv(self.cov)))
+
 
 def linear_regression(n: int = 40, p: int = 3, noise: float = 0.5, prior_scale: float = 1.0,
-                      seed: int = 0) -> LinearRegression:
+                      seed: int = 0, coef_scale: float = 1.0) -> LinearRegression:
+    """``coef_scale`` multiplies the true coefficients (drawn N(0, 1)): larger ones put the
+    posterior means farther from an optimiser's start in (-1, 1)."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, p))
-    w = rng.normal(size=p)
+    w = coef_scale * rng.normal(size=p)
     y = x @ w + 0.3 + noise * rng.normal(size=n)
     design = np.hstack([x, np.ones((n, 1))])
     precision = design.T @ design / noise**2 + np.eye(p + 1) / prior_scale**2

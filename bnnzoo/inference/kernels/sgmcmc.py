@@ -28,6 +28,21 @@ zero), so no ``acceptance_rate`` is recorded. A chain whose minibatch potential
 or gradient is NaN/inf, or whose step leaves the finite numbers, keeps its
 point (and momentum) and counts a divergence.
 
+**Failed chains.** A step size too large for the target makes the iterates
+explode; the chain is then frozen far out (every later step rejected) and its
+draws are meaningless. A chain is flagged **failed** at the first iteration where
+
+* its step from a finite potential and gradient leaves the finite numbers (overflow), or
+* :math:`\max_d|\theta_d|` exceeds :data:`BLOWUP_FACTOR` (:math:`10^6`) times its
+  initial radius :math:`\max(1, \max_d|\theta_{0,d}|)`, or
+* its potential or gradient has not been finite for :data:`FROZEN_ITERATIONS` (10)
+  iterations in a row (the chain cannot move again).
+
+The chain keeps running; the failure (phase, iteration, draw, reason) is in
+``diagnostics()["final_state"]["failure"]``, hence in ``Run.notes["failed"]`` /
+``["failed_at"]`` and the InferenceData attributes, and a ``UserWarning`` at the
+end of the run names it.
+
 The update rules are pure functions in :mod:`bnnzoo.inference.sgmcmc`; these
 classes wire state, schedules, pruning and statistics.
 
@@ -49,8 +64,10 @@ References
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..potential import PyroPotential
@@ -59,13 +76,17 @@ from ..sgmcmc import SCHEDULES, StepSizeSchedule, finite_chains, inverse_tempera
 from .base import BaseOptions, FlatKernel
 from ..options import choice, flag, integer, option, optional, positive
 
-__all__ = ["SGLDOptions", "SGMCMCKernel", "SGMCMCOptions", "minibatch_data"]
+__all__ = ["BLOWUP_FACTOR", "FROZEN_ITERATIONS", "SGLDOptions", "SGMCMCKernel", "SGMCMCOptions", "minibatch_data"]
 
 Tensor = torch.Tensor
 #: InferenceData attributes of every SG-MCMC run
 LP_NOTE = ("minibatch estimate: log prior + (N/B) * log likelihood of B random rows, at the point "
            "the draw's last iteration started from; not the exact log density")
 LP_FULL_DATA = "full data: the log density at the point the draw's last iteration started from"
+#: a chain fails when max |theta| exceeds this times its initial radius max(1, max |theta_0|)
+BLOWUP_FACTOR = 1e6
+#: ... or when its potential or gradient has not been finite for this many iterations in a row
+FROZEN_ITERATIONS = 10
 
 
 def minibatch_data(potential, rows: Tensor | None) -> tuple[Tensor, Tensor, float]:
@@ -155,11 +176,22 @@ class SGMCMCKernel(FlatKernel):
         self._pruner = None
         self._last_lp: Tensor | None = None
         self._last_iteration = True
+        # failure detection (module docstring): per chain, plain tensors and lists
+        self._blowup_bound: Tensor | None = None  # [C] BLOWUP_FACTOR x the initial radius
+        self._nonfinite_run: Tensor | None = None  # [C] iterations in a row with a non-finite U or gradient
+        self._failed: Tensor | None = None  # [C] bool
+        self._failures: list = []  # per chain: None, or {"phase", "iteration", "draw", "reason"}
+        self._failure_warned = False
 
     def prepare(self, theta: Tensor) -> None:
         self.check_potential(self.potential)
         if self.pruning is not None:
             self._pruner = self.pruning.bind(self.potential, self.num_chains)
+        radius = theta.detach().abs().amax(-1).nan_to_num(nan=1.0, posinf=1.0).clamp(min=1.0)
+        self._blowup_bound = BLOWUP_FACTOR * radius
+        self._nonfinite_run = torch.zeros(self.num_chains, dtype=torch.long)
+        self._failed = torch.zeros(self.num_chains, dtype=torch.bool)
+        self._failures = [None] * self.num_chains
 
     @property
     def pruning(self) -> MagnitudePruning | None:
@@ -234,18 +266,70 @@ class SGMCMCKernel(FlatKernel):
         step_size = self.schedule(self._k)
         tau = inverse_temperature_at(self._k, *self.temperature_schedule())
         value, grad = self.force(theta, self.draw_rows())
-        ok = torch.isfinite(value) & torch.isfinite(grad).all(-1)
-        grad = torch.where(ok.unsqueeze(-1), grad, torch.zeros_like(grad))
+        force_ok = torch.isfinite(value) & torch.isfinite(grad).all(-1)
+        grad = torch.where(force_ok.unsqueeze(-1), grad, torch.zeros_like(grad))
         if self._aux is None:
             self._aux = self.initial_aux(theta, step_size, tau)
         theta_new, aux_new = self.step(theta, self._aux, grad, step_size, tau)
-        ok = ok & finite_chains(theta_new)
+        finite = finite_chains(theta_new)
         if aux_new is not None:
-            ok = ok & finite_chains(aux_new)
+            finite = finite & finite_chains(aux_new)
+        ok = force_ok & finite
+        if aux_new is not None:
             self._aux = keep_chains(ok, aux_new, self._aux)
         theta_new = torch.where(ok.unsqueeze(-1), theta_new, theta)
         self._step_size, self._tau = step_size, tau
-        return self.after_step(theta_new), value, ~ok
+        theta_new = self.after_step(theta_new)
+        self._check_failure(theta_new, force_ok, force_ok & ~finite)
+        return theta_new, value, ~ok
+
+    # ------------------------------------------------------------ failures
+    def _check_failure(self, theta: Tensor, force_ok: Tensor, overflow: Tensor) -> None:
+        """Flag the chains that fail at this iteration (module docstring): ``theta`` the kept
+        ``[C, D]`` point, ``force_ok`` ``[C]`` a finite U and gradient at the old point,
+        ``overflow`` ``[C]`` a step from them that left the finite numbers."""
+        if self._failed is None:  # prepare() did not run (a subclass without super().prepare)
+            return
+        self._nonfinite_run = torch.where(force_ok, torch.zeros_like(self._nonfinite_run), self._nonfinite_run + 1)
+        size = theta.detach().abs().amax(-1)
+        blown = size > self._blowup_bound
+        frozen = self._nonfinite_run >= FROZEN_ITERATIONS
+        new = (overflow | blown | frozen) & ~self._failed
+        if not bool(new.any()):
+            return
+        phase = "warmup" if self.in_warmup else "sampling"
+        draw = len(self._warmup_stats) if self.in_warmup else len(self._stats)
+        for c in torch.nonzero(new).flatten().tolist():
+            if bool(overflow[c]):
+                reason = "the step left the finite numbers (overflow) from a finite potential and gradient"
+            elif bool(blown[c]):
+                reason = (f"max |theta| = {float(size[c]):.3g} exceeds {float(self._blowup_bound[c]):.3g} "
+                          f"({BLOWUP_FACTOR:g} x the initial radius)")
+            else:
+                reason = (f"the potential or its gradient has not been finite for {FROZEN_ITERATIONS} iterations "
+                          f"in a row, since iteration {self._k - FROZEN_ITERATIONS + 1} (the chain is frozen)")
+            self._failures[c] = {"phase": phase, "iteration": int(self._k), "draw": int(draw), "reason": reason}
+        self._failed = self._failed | new
+
+    def failure_message(self) -> str | None:
+        """One line naming the failed chains (None when every chain is fine)."""
+        failed = [c for c, f in enumerate(self._failures) if f is not None]
+        if not failed:
+            return None
+        first = self._failures[failed[0]]
+        phase = "warm-up" if first["phase"] == "warmup" else "sampling"
+        chain = f"chain {failed[0]}" if self.num_chains > 1 else "the chain"
+        return (f"{type(self).__name__}: {len(failed)} of {self.num_chains} chain(s) failed; {chain} at {phase} "
+                f"iteration {first['iteration']} (draw {first['draw']}): {first['reason']}; its draws are not "
+                f"posterior draws: lower step_size (now {self.options.step_size:g})")
+
+    def cleanup(self) -> None:
+        """End of a run (Pyro calls it): warn once about failed chains."""
+        super().cleanup()
+        message = self.failure_message()
+        if message is not None and not self._failure_warned:
+            self._failure_warned = True
+            warnings.warn(message, stacklevel=2)
 
     def iterations_per_draw(self) -> int:
         """SG-MCMC iterations of the coming draw: 1 in warm-up, ``thin`` after it."""
@@ -275,12 +359,22 @@ class SGMCMCKernel(FlatKernel):
     # ------------------------------------------------------------ reporting
     def final_state(self) -> dict:
         """Final per-chain quantities (typed fields of :class:`~bnnzoo.results.Draws`):
-        ``{name: {site: [C, ...] array}}``."""
+        ``{name: {site: [C, ...] array}}``; ``"failure"`` holds ``failed`` (bool), ``warmup``
+        (bool), ``iteration`` (0: none), ``draw`` (-1: none) and ``reason`` (str), each ``[C]``."""
+        out = {}
+        if self._failed is not None:
+            rows = [f or {"phase": "", "iteration": 0, "draw": -1, "reason": ""} for f in self._failures]
+            out["failure"] = {"failed": self._failed.numpy().copy(),
+                              "warmup": np.array([r["phase"] == "warmup" for r in rows]),
+                              "iteration": np.array([r["iteration"] for r in rows], dtype=np.int64),
+                              "draw": np.array([r["draw"] for r in rows], dtype=np.int64),
+                              "reason": np.array([r["reason"] for r in rows], dtype=str)}
         if self._pruner is None:
-            return {}
+            return out
         shapes = self.potential.shapes
-        return {"pruning_mask": {s: m.reshape((self.num_chains,) + shapes[s]).numpy()
-                                 for s, m in self._pruner.masks.items()}}
+        out["pruning_mask"] = {s: m.reshape((self.num_chains,) + shapes[s]).numpy()
+                               for s, m in self._pruner.masks.items()}
+        return out
 
     def diagnostics(self) -> dict:
         out = super().diagnostics()

@@ -60,8 +60,15 @@ Full-batch training (``batch_size=None``) has M = 1 and every scheme is :math:`\
 **Parameter groups** (thesis sec. 5.4): the means and the :math:`\rho`'s have
 their own optimizer (``optimizer`` / ``scale_optimizer``: SGD, Adam, AdaBound...,
 see :mod:`bnnzoo.inference.vi.optim`), learning rate (``lr`` / ``scale_lr``) and
-schedule: exponential decay, or ``ReduceLROnPlateau`` stepped once per epoch,
-the means' on the epoch's NLL and the scales' on its KL (``plateau_metric="split"``).
+schedule: adaptive (the default: constant rates until the ELBO settles, then a
+geometric decay, stopping once converged; ``num_steps`` is a cap), exponential decay,
+or ``ReduceLROnPlateau`` stepped once per epoch, the means' on the epoch's NLL and
+the scales' on its KL (``plateau_metric="split"``).
+
+**Convergence** (:mod:`bnnzoo.inference.vi.convergence`): a fit has converged when
+its smoothed ELBO has settled (the change of the mean ELBO estimate between its last
+two windows of steps, in standard errors) and the mean of fresh gradient estimates at
+the fitted guide is zero within noise; a fit that has not converged warns.
 
 Each "chain" of the ``svi`` engine is an independent fit from its own random
 start; its posterior draws are iid draws from the fitted guide, exported
@@ -71,8 +78,9 @@ outside ``BNN.apply`` and a closed-form KL, and would not compose with ``"stl"``
 
 Modules: :mod:`~bnnzoo.inference.vi.elbo` (KL weights, KL, the estimators),
 :mod:`~bnnzoo.inference.vi.options` (:class:`VIOptions`), :mod:`~bnnzoo.inference.vi.fit`
-(:func:`fit_mean_field`, :func:`sample_mean_field`), :mod:`~bnnzoo.inference.vi.optim`
-(AdaBound, AMSBound, the optimizer registry).
+(:func:`fit_mean_field`, :func:`sample_mean_field`), :mod:`~bnnzoo.inference.vi.convergence`
+(the convergence tests), :mod:`~bnnzoo.inference.vi.optim` (AdaBound, AMSBound, the
+optimizer registry).
 
 References
 ----------

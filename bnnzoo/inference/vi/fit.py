@@ -1,11 +1,12 @@
 """Fitting the mean-field guide: :func:`fit_mean_field` (one fit, with its learning-rate
-schedules and plateau logic) and :func:`sample_mean_field` (one independent fit per
-chain, then iid draws from each guide)."""
+schedules, plateau logic and convergence test) and :func:`sample_mean_field` (one
+independent fit per chain, then iid draws from each guide)."""
 
 from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 
 from ...results import Draws, VITrace
 from ..potential import FlatPotential, initial_theta
+from .convergence import converged, elbo_change, fit_spread, not_converged_message, stationarity, window_steps
 from .elbo import elbo_terms, gaussian_kl, kl_weights, num_batches, surrogate_loss
 from .optim import make_optimizer
 from .options import VIOptions
@@ -60,6 +62,20 @@ class VIFit:
     num_batches : int
     kl_weights : ndarray ``[num_batches]``
         pi_i of the scheme.
+    relative_change : float
+        The change of the smoothed ELBO over the last window, in standard errors
+        (:mod:`~bnnzoo.inference.vi.convergence`; NaN: too few steps to judge).
+    stationarity : float
+        The standardised sum of squared t-statistics of the mean of ``gradient_draws`` fresh
+        gradient estimates at the fitted guide (about N(0, 1) at a stationary point).
+    final_elbo : float
+        The mean ELBO estimate over the last window.
+    window : int
+        Steps per window of the ELBO test.
+    gradient_draws : int
+        Fresh gradient estimates behind ``stationarity``.
+    tolerance : float
+        The fit has converged when ``|relative_change|`` and ``stationarity`` are at most ``tolerance``.
     """
 
     guide: MeanFieldGuide
@@ -67,10 +83,26 @@ class VIFit:
     epochs: dict[str, np.ndarray]
     num_batches: int
     kl_weights: np.ndarray
+    relative_change: float = math.nan
+    stationarity: float = math.nan
+    final_elbo: float = math.nan
+    window: int = 0
+    gradient_draws: int = 0
+    tolerance: float = 3.0
 
     @property
     def skipped_steps(self) -> int:
         return int(np.isnan(self.trace["loss"]).sum())
+
+    @property
+    def num_steps(self) -> int:
+        """Steps taken (fewer than ``num_steps`` when the adaptive schedule stopped early)."""
+        return len(self.trace["loss"])
+
+    @property
+    def converged(self) -> bool:
+        """The ELBO settled and the guide is stationary (:func:`~bnnzoo.inference.vi.convergence.converged`)."""
+        return converged(self.relative_change, self.stationarity, self.tolerance)
 
 
 def analytic_prior_scale(potential, kl_mode: str) -> Tensor | None:
@@ -120,6 +152,64 @@ def initial_loc(potential: FlatPotential, init_loc: str = "uniform", init_radius
     return loc
 
 
+class _AdaptiveSchedule:
+    """``schedule="adaptive"`` (docs/algorithms.md, section 11), in cycles of two phases.
+
+    *Search*: the rates stay at their start until the ELBO has settled (the window test every
+    ``window`` steps, on windows of ``max(window, steps of the phase / 4)`` in whole epochs: the
+    last quarter of the phase against the one before, so that a fit still improving slowly goes
+    on), or until the last A steps, A = ``min(anneal_steps, num_steps // 2)``. *Anneal*: the
+    optimizers' moments are reset (those of the transient no longer describe the gradients) and
+    the rates decay geometrically to ``lr_decay`` times their start over A steps (or the steps
+    left). From the end of the decay, every ``window`` steps: once the ELBO has settled, the fit
+    stops if the guide is stationary (the fresh-gradient test); if not, a new cycle searches again
+    from the start rates when two windows of steps are left, else the fit stops there.
+    """
+
+    def __init__(self, opts: VIOptions, optimizers, window: int, num_batches: int):
+        self.opts, self.optimizers, self.window, self.num_batches = opts, optimizers, window, num_batches
+        self.start = [o.param_groups[0]["lr"] for o in optimizers]
+        self.anneal_steps = max(1, min(opts.anneal_steps, opts.num_steps // 2))  # A: half the budget at most
+        self.searching, self.phase_from, self.anneal = True, 0, self.anneal_steps
+        self.stationarity: tuple[int, float] | None = None  # (steps, statistic) of the last stationarity test
+
+    def _set_rates(self, factor: float) -> None:
+        for o, lr in zip(self.optimizers, self.start):
+            for group in o.param_groups:
+                group["lr"] = lr * factor
+
+    def _start_anneal(self, done: int) -> None:
+        self.searching, self.phase_from = False, done
+        self.anneal = max(1, min(self.anneal_steps, self.opts.num_steps - done))
+        for o in self.optimizers:
+            o.state.clear()
+
+    def settled(self, elbo: np.ndarray, done: int, window: int) -> bool:
+        return done - self.phase_from >= 2 * window and \
+            abs(elbo_change(elbo[:done], window)[0]) <= self.opts.tolerance
+
+    def step(self, done: int, elbo: np.ndarray, stationarity: Callable[[], float]) -> bool:
+        """After ``done`` steps: set the next step's rates; True when the fit should stop."""
+        k = done - self.phase_from
+        if self.searching:
+            search = window_steps(max(self.window, k // 4), self.num_batches)
+            if (k % self.window == 0 and self.settled(elbo, done, search)) \
+                    or done >= self.opts.num_steps - self.anneal_steps:
+                self._start_anneal(done)
+            return False
+        self._set_rates(self.opts.lr_decay ** (min(k, self.anneal) / self.anneal))
+        if k < self.anneal or (k - self.anneal) % self.window or not self.settled(elbo, done, self.window):
+            return False
+        self.stationarity = (done, stationarity())
+        if self.stationarity[1] <= self.opts.tolerance or self.opts.num_steps - done < 2 * self.window:
+            return True
+        self.searching, self.phase_from = True, done  # not stationary: search again
+        self._set_rates(1.0)
+        for o in self.optimizers:
+            o.state.clear()
+        return False
+
+
 def _schedulers(opts: VIOptions, optimizers):
     if opts.schedule == "exponential":
         gamma = opts.lr_decay ** (1.0 / opts.num_steps)
@@ -130,8 +220,63 @@ def _schedulers(opts: VIOptions, optimizers):
     return []
 
 
+class _Objective:
+    """The loss of one step: its minibatch (a fresh random partition every epoch), its KL weight
+    and the estimator's surrogate, whose gradient is the step's gradient estimate."""
+
+    def __init__(self, potential, opts: VIOptions, prior_scale: Tensor | None):
+        self.potential, self.opts, self.prior_scale = potential, opts, prior_scale
+        self.n = int(potential.num_data)
+        self.m = num_batches(self.n, opts.batch_size)
+        self.pi = kl_weights(self.m, opts.kl_weighting)
+        self.weights = (self.m * self.pi).tolist()  # M pi_i: the KL weight of step i in full-data units
+        self.batches: list = [None]
+        score = opts.estimator == "score"
+        self.loo = score and opts.score_baseline and opts.num_particles > 1
+        self.ema = None  # running mean of past losses: the score estimator's baseline with one particle
+
+    def __call__(self, loc: Tensor, rho: Tensor, step: int):
+        """``(terms, KL weight, surrogate / N)`` of step ``step`` (counted from 0)."""
+        i = step % self.m
+        if i == 0 and self.m > 1:
+            self.batches = list(torch.tensor_split(torch.randperm(self.n), self.m))
+        rows = self.batches[i]
+        eps = torch.randn(self.opts.num_particles, loc.numel(), dtype=loc.dtype)
+        skip_gaussian = self.prior_scale is not None
+        terms = elbo_terms(loc, rho, eps,
+                           lambda theta: self.potential.log_prior_and_likelihood(theta, rows, skip_gaussian),
+                           self.opts.estimator, self.prior_scale)
+        w = self.weights[i]
+        surrogate = surrogate_loss(terms, w, self.opts.estimator, "loo" if self.loo else (self.ema or 0.0))
+        return terms, w, surrogate / self.n
+
+    def update_baseline(self, terms, w: float) -> None:
+        if self.opts.estimator == "score" and self.opts.score_baseline and not self.loo:
+            f = float((w * terms.kl_mc + terms.nll).mean().detach())
+            self.ema = f if self.ema is None else 0.9 * self.ema + 0.1 * f
+
+    def stationarity(self, loc: Tensor, rho: Tensor, draws: int) -> float:
+        """The stationarity statistic (:func:`~bnnzoo.inference.vi.convergence.stationarity`) of the
+        guide ``(loc, rho)`` from ``draws`` fresh gradient estimates (whole epochs of minibatches)."""
+        loc, rho = loc.detach().clone().requires_grad_(True), rho.detach().clone().requires_grad_(True)
+        batches = self.batches  # the fit's epoch goes on with its own partition afterwards
+        total = torch.zeros(2 * loc.numel(), dtype=torch.float64)
+        squares = torch.zeros_like(total)
+        count = 0
+        for step in range(draws):
+            _, _, loss = self(loc, rho, step)
+            grad = torch.cat(torch.autograd.grad(loss, (loc, rho))).to(torch.float64)
+            if bool(torch.isfinite(grad).all()):
+                total += grad
+                squares += grad * grad
+                count += 1
+        self.batches = batches
+        return stationarity(total.numpy(), squares.numpy(), count)
+
+
 def fit_mean_field(potential, options: VIOptions | None = None, *,
-                   callback: Callable[[int, MeanFieldGuide, dict], Any] | None = None, **kwargs) -> VIFit:
+                   callback: Callable[[int, MeanFieldGuide, dict], Any] | None = None, warn: bool = True,
+                   **kwargs) -> VIFit:
     """Fit the mean-field guide (the objective is described in :mod:`bnnzoo.inference.vi`).
 
     Parameters
@@ -144,10 +289,14 @@ def fit_mean_field(potential, options: VIOptions | None = None, *,
     callback : callable, optional
         ``callback(epoch, guide, summary)`` after every completed epoch, with a
         snapshot of the guide and the epoch's means (``loss, elbo, nll, kl, lr_loc, lr_scale``).
+    warn : bool
+        Warn (``UserWarning``) when the fit has not converged.
 
     Returns
     -------
     VIFit
+        With the convergence test of :mod:`~bnnzoo.inference.vi.convergence`
+        (``relative_change``, ``stationarity``, ``converged``).
 
     A step whose loss or gradient is not finite is skipped (no update; its
     ``loss`` recorded as NaN).
@@ -156,41 +305,29 @@ def fit_mean_field(potential, options: VIOptions | None = None, *,
     if not hasattr(potential, "log_prior_and_likelihood"):
         raise TypeError(f"fit_mean_field needs a potential with log_prior_and_likelihood (a BNNPotential), "
                         f"got {type(potential).__name__}")
-    n = int(potential.num_data)
-    m = num_batches(n, opts.batch_size)
-    pi = kl_weights(m, opts.kl_weighting)
     prior_scale = analytic_prior_scale(potential, opts.kl_mode)
-    skip_gaussian = prior_scale is not None
     loc = initial_loc(potential, opts.init_loc, opts.init_radius).clone().requires_grad_(True)
     rho = torch.full_like(loc, opts.initial_rho).requires_grad_(True)
     if prior_scale is not None:
         prior_scale = prior_scale.to(loc.dtype)
+    objective = _Objective(potential, opts, prior_scale)
+    m = objective.m
     opt_loc = make_optimizer(opts.optimizer, [loc], opts.lr, "optimizer")
     opt_rho = make_optimizer(opts.scale_optimizer if opts.scale_optimizer is not None else opts.optimizer,
                              [rho], opts.scale_lr or opts.lr, "scale_optimizer")
     optimizers = (opt_loc, opt_rho)
     schedulers = _schedulers(opts, optimizers)
-    weights = (m * pi).tolist()  # M pi_i: the KL weight of step i in full-data units
+    window = window_steps(opts.window, m)
+    adaptive = _AdaptiveSchedule(opts, optimizers, window, m) if opts.schedule == "adaptive" else None
     trace = {k: np.full(opts.num_steps, np.nan) for k in TRACES}
     epochs: dict[str, list] = {k: [] for k in TRACES}
-    score = opts.estimator == "score"
-    loo = score and opts.score_baseline and opts.num_particles > 1
-    ema = None  # running mean of past losses: the score estimator's baseline with one particle
-    batches: list = [None]
+    done = opts.num_steps
     for step in range(opts.num_steps):
         epoch, i = divmod(step, m)
-        if i == 0 and m > 1:
-            batches = list(torch.tensor_split(torch.randperm(n), m))
-        rows = batches[i]
-        eps = torch.randn(opts.num_particles, loc.numel(), dtype=loc.dtype)
-        terms = elbo_terms(loc, rho, eps,
-                           lambda theta: potential.log_prior_and_likelihood(theta, rows, skip_gaussian),
-                           opts.estimator, prior_scale)
-        w = weights[i]
-        surrogate = surrogate_loss(terms, w, opts.estimator, "loo" if loo else (ema or 0.0))
+        terms, w, surrogate = objective(loc, rho, step)
         for o in optimizers:
             o.zero_grad()
-        (surrogate / n).backward()
+        surrogate.backward()
         loss = float((w * terms.kl + terms.nll).mean().detach())
         finite = math.isfinite(loss) and all(bool(torch.isfinite(p.grad).all()) for p in (loc, rho))
         trace["lr_loc"][step] = opt_loc.param_groups[0]["lr"]
@@ -199,11 +336,9 @@ def fit_mean_field(potential, options: VIOptions | None = None, *,
             for o in optimizers:
                 o.step()
             trace["loss"][step] = loss
+            objective.update_baseline(terms, w)
         kl, nll = float(terms.kl.mean().detach()), float(terms.nll.mean().detach())
         trace["kl"][step], trace["nll"][step], trace["elbo"][step] = kl, nll, -(kl + nll)
-        if score and opts.score_baseline and not loo and finite:
-            f = float((w * terms.kl_mc + terms.nll).mean().detach())
-            ema = f if ema is None else 0.9 * ema + 0.1 * f
         if opts.schedule == "exponential":
             for s in schedulers:
                 s.step()
@@ -215,8 +350,27 @@ def fit_mean_field(potential, options: VIOptions | None = None, *,
                 _plateau_step(schedulers, summary, opts.plateau_metric)
             if callback is not None:
                 callback(epoch, MeanFieldGuide(loc.detach().clone(), F.softplus(rho).detach().clone()), summary)
+        if adaptive is not None and adaptive.step(step + 1, trace["elbo"],
+                                                  lambda: objective.stationarity(loc, rho, window)):
+            done = step + 1
+            break
+    trace = {k: v[:done] for k, v in trace.items()}
     guide = MeanFieldGuide(loc.detach(), F.softplus(rho).detach())
-    return VIFit(guide, trace, {k: np.asarray(v, dtype=float) for k, v in epochs.items()}, m, pi.numpy())
+    final_window = window_steps(opts.window, m, done)
+    change, final_elbo = elbo_change(trace["elbo"], final_window)
+    draws = window_steps(opts.window, m, 2 * done)  # fresh gradients: a window, at most the steps taken
+    if adaptive is not None and adaptive.stationarity is not None and adaptive.stationarity[0] == done:
+        draws, stationary = window, adaptive.stationarity[1]
+    elif abs(change) <= opts.tolerance:  # only a settled ELBO needs the second test
+        stationary = objective.stationarity(loc, rho, draws)
+    else:
+        draws, stationary = 0, math.nan
+    fit = VIFit(guide, trace, {k: np.asarray(v, dtype=float) for k, v in epochs.items()}, m,
+                objective.pi.numpy(), change, stationary, final_elbo, final_window, draws, opts.tolerance)
+    if warn and not fit.converged:
+        warnings.warn(not_converged_message("svi", np.array([change]), np.array([fit.stationarity]), final_window,
+                                            draws, opts.tolerance, opts.num_steps), stacklevel=2)
+    return fit
 
 
 def _epoch_summary(trace, start: int, end: int, optimizers) -> dict[str, float]:
@@ -242,17 +396,35 @@ def sample_mean_field(potential, options: VIOptions, num_samples: int, num_chain
     """One independent fit per chain, then ``num_samples`` iid draws from each fitted guide.
 
     Returns :class:`~bnnzoo.results.Draws` of the constrained sites, with ``lp``
-    (the log density at each draw) and a :class:`~bnnzoo.results.VITrace` of the fits.
+    (the log density at each draw) and a :class:`~bnnzoo.results.VITrace` of the fits:
+    their traces (NaN after a fit that stopped early), the convergence tests of each fit
+    and the spread across fits (:mod:`~bnnzoo.inference.vi.convergence`). One warning
+    names the fits that have not converged.
     """
     analytic_prior_scale(potential, options.kl_mode)  # fail before fitting on a bad kl=
-    fits = [fit_mean_field(potential, options) for _ in range(num_chains)]
+    fits = [fit_mean_field(potential, options, warn=False) for _ in range(num_chains)]
     theta = torch.stack([f.guide.sample(num_samples) for f in fits])  # [chain, draw, D]
     with torch.no_grad():
         samples = {k: v.numpy() for k, v in potential.constrain(theta).items()}
         lp = -potential(theta.reshape(-1, potential.dim)).reshape(num_chains, num_samples).numpy()
-    trace = {k: np.stack([f.trace[k] for f in fits]) for k in TRACES}
+    longest = max(f.num_steps for f in fits)
+    trace = {k: np.stack([np.pad(f.trace[k], (0, longest - f.num_steps), constant_values=np.nan) for f in fits])
+             for k in TRACES}
+    loc = torch.stack([f.guide.loc for f in fits]).numpy()
+    scale = torch.stack([f.guide.scale for f in fits]).numpy()
+    change = np.array([f.relative_change for f in fits])
+    stat = np.array([f.stationarity for f in fits])
+    final_elbo = np.array([f.final_elbo for f in fits])
+    spread_elbo, spread_loc = fit_spread(final_elbo, loc, scale)
+    window = max(f.window for f in fits)
     vi = VITrace(loss=trace["loss"], terms={k: v for k, v in trace.items() if k != "loss"},
-                 guide={"loc": torch.stack([f.guide.loc for f in fits]).numpy(),
-                        "scale": torch.stack([f.guide.scale for f in fits]).numpy()},
-                 num_batches=fits[0].num_batches, skipped_steps=np.array([f.skipped_steps for f in fits]))
+                 guide={"loc": loc, "scale": scale}, num_batches=fits[0].num_batches,
+                 skipped_steps=np.array([f.skipped_steps for f in fits]),
+                 num_steps=np.array([f.num_steps for f in fits]), converged=np.array([f.converged for f in fits]),
+                 relative_change=change, stationarity=stat, final_elbo=final_elbo, window=window,
+                 gradient_draws=max(f.gradient_draws for f in fits), tolerance=float(options.tolerance),
+                 spread_elbo=spread_elbo, spread_loc=spread_loc)
+    if not vi.converged.all():
+        warnings.warn(not_converged_message("svi", change, stat, window, vi.gradient_draws, options.tolerance,
+                                            options.num_steps), stacklevel=2)
     return Draws(samples, {"lp": lp}, vi=vi)

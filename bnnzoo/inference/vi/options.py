@@ -12,7 +12,7 @@ from ...validation import boolean, finite, fraction, integer, one_of, positive
 from .elbo import ESTIMATORS, KL_MODES, check_kl_weighting, inverse_softplus
 from .optim import optimizer_spec
 
-SCHEDULES = ("exponential", "plateau", "constant")
+SCHEDULES = ("adaptive", "exponential", "plateau", "constant")
 PLATEAU_METRICS = ("split", "elbo")
 INIT_LOCS = ("uniform", "kaiming")
 
@@ -24,13 +24,19 @@ class VIOptions:
     Parameters
     ----------
     num_steps : int
-        Optimisation steps (an epoch is ``ceil(N / batch_size)`` steps).
+        Optimisation steps (an epoch is ``ceil(N / batch_size)`` steps): the most steps with
+        ``schedule="adaptive"`` (which stops once the fit has settled), exactly that many otherwise.
     lr, scale_lr : float
         Learning rates of the means and of the rho's (``scale_lr=None``: ``lr``).
     optimizer, scale_optimizer : str or dict
         ``"adam"``, ``"sgd"``, ``"adabound"``... or ``{"kind": "sgd", "momentum": 0.9}``;
         ``scale_optimizer=None``: the same as ``optimizer``.
-    schedule : {"exponential", "plateau", "constant"}
+    schedule : {"adaptive", "exponential", "plateau", "constant"}
+        ``adaptive`` (default): constant rates until the ELBO has settled (the window test
+        of :func:`~bnnzoo.inference.vi.convergence.elbo_change`), at most until the last
+        ``A = min(anneal_steps, num_steps // 2)`` steps; then a geometric decay to ``lr_decay`` times
+        the start over A steps; the fit stops once the ELBO has settled and the guide is stationary
+        (:mod:`~bnnzoo.inference.vi.convergence`), else searches again while steps are left.
         ``exponential``: both rates decay geometrically to ``lr_decay`` times their
         start over ``num_steps``. ``plateau``: ``ReduceLROnPlateau`` (``plateau_factor``,
         ``plateau_patience`` epochs) per group, stepped each epoch on the epoch's NLL
@@ -51,15 +57,26 @@ class VIOptions:
         ``U(+-sqrt(6 / fan_in))`` for layer weights, 0 for biases (BNN only).
     score_baseline : bool
         Use a baseline with the score-function estimator.
+    anneal_steps : int
+        ``schedule="adaptive"``: steps of the decay from ``lr`` to ``lr * lr_decay`` (at most half
+        of ``num_steps``).
+    window : int
+        Steps per window of the convergence tests (rounded up to whole epochs): the ELBO has
+        settled when the mean ELBO of the last window differs from that of the window before
+        by at most ``tolerance`` standard errors; the guide is stationary when the mean of
+        ``window`` fresh gradient estimates is zero within noise (:mod:`bnnzoo.inference.vi.convergence`).
+    tolerance : float
+        The bound of both tests: on the ELBO change in standard errors, and on the
+        stationarity statistic (about N(0, 1) at a stationary point).
     """
 
-    num_steps: int = 2000
+    num_steps: int = 6000
     lr: float = 0.01
     scale_lr: float | None = None
     optimizer: Any = "adam"
     scale_optimizer: Any = None
-    schedule: str = "exponential"
-    lr_decay: float = 0.1
+    schedule: str = "adaptive"
+    lr_decay: float = 0.001
     plateau_factor: float = 0.1
     plateau_patience: int = 1
     plateau_metric: str = "split"
@@ -73,10 +90,15 @@ class VIOptions:
     init_loc: str = "uniform"
     init_radius: float = 1.0
     score_baseline: bool = True
+    anneal_steps: int = 3000
+    window: int = 200
+    tolerance: float = 3.0
 
     def __post_init__(self):
-        for name in ("lr", "lr_decay", "init_scale", "init_radius"):
+        for name in ("lr", "lr_decay", "init_scale", "init_radius", "tolerance"):
             positive(name, getattr(self, name))
+        integer("anneal_steps", self.anneal_steps)
+        integer("window", self.window, minimum=2)
         if self.scale_lr is not None:
             positive("scale_lr", self.scale_lr)
         integer("num_steps", self.num_steps)

@@ -188,6 +188,7 @@ def test_inference_data_summary_and_prediction(small_run):
     assert "log_likelihood" in idata.groups()
     table = summary(small_run)
     assert np.isfinite(table.loc["layers.1.bias[0]", "mean"])
+    assert small_run.notes["failed"] == table.attrs["failed"] == [False, False]
     assert small_run.predict(torch.randn(5, 8)).shape == (2, 4, 5, 1)
     assert small_run.pruning_mask["layers.0.weight"].shape == (2, 3, 8)
 

@@ -2,11 +2,13 @@
 the kernels against a known Gaussian (exactly, against the stationary law of the
 discretised dynamics, and approximately, against the target) and against the
 exact posterior of a Bayesian linear regression with minibatches; statistics,
-thinning, NaN handling and bad options."""
+thinning, NaN handling, chains that blow up (flagged failed) and bad options."""
 
-from bnnzoo.diagnostics import to_inference_data
+from bnnzoo.diagnostics import chain_table, summary, to_inference_data
 import itertools
+import json
 import math
+import warnings
 
 import numpy as np
 import pyro
@@ -18,11 +20,13 @@ from pyro.infer import MCMC
 from bnnzoo.inference import SGHMC, SGLD, BNNPotential, FlatPotential, run
 from bnnzoo.inference.sgmcmc import (StepSizeSchedule, inverse_temperature_at, minibatch_rows, sghmc_step,
                                      sgld_step)
-from bnnzoo.models import BNN
+from bnnzoo.data import load
+from bnnzoo.models import BNN, zoo
 from tests.support.targets import assert_gaussian, assert_moments, gaussian_target, linear_regression, regression_draws
 
 COV = np.array([[1.0, 0.5], [0.5, 1.0]])
 MEAN = np.array([1.0, -2.0])
+COSINE = load("cosine", n_train=30, n_test=10)
 
 
 # ------------------------------------------------------------ pure pieces
@@ -145,8 +149,13 @@ PROBLEM = linear_regression()
     ("sghmc", {"step_size": 2e-5, "friction": 0.05, "thin": 5}),
 ], ids=["sgld", "sghmc"])
 def test_linear_regression_with_minibatches(engine, options):
-    r = run(PROBLEM.spec, (PROBLEM.x, PROBLEM.y), engine=engine, num_samples=600, warmup_steps=500, num_chains=8,
-            seed=2, batch_size=20, init_radius=0.5, **options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = run(PROBLEM.spec, (PROBLEM.x, PROBLEM.y), engine=engine, num_samples=600, warmup_steps=500,
+                num_chains=8, seed=2, batch_size=20, init_radius=0.5, **options)
+    # a sound run is not flagged, and says so
+    assert not [w for w in caught if "failed" in str(w.message)]
+    assert r.notes["failed"] == [False] * 8 and r.notes["failed_at"] == [None] * 8
     draws = regression_draws(r.samples)
     # unbiased in the mean; minibatch noise inflates the sd by O(step size), here a few percent
     assert_moments(draws, PROBLEM.mean, draws.std((0, 1), ddof=1))
@@ -195,12 +204,57 @@ def test_nan_gradient_is_a_rejected_counted_divergence(kernel_cls):
     kernel = kernel_cls(potential=NaNBeyondOne(), step_size=0.3, num_chains=8)
     kernel.initial_params = {"x": torch.zeros(8)}
     mcmc = MCMC(kernel, num_samples=200, warmup_steps=0, disable_progbar=True)
-    mcmc.run()
+    with pytest.warns(UserWarning, match=f"{kernel_cls.__name__}: .* chain\\(s\\) failed.*frozen"):
+        mcmc.run()
     x = mcmc.get_samples()["x"]
     diag = kernel.diagnostics()
     assert torch.isfinite(x).all()
     assert len(diag["divergences"]) > 0
     assert np.isfinite(diag["sample_stats"]["lp"]).all()
+    # a chain that stepped past 1 can never move again (every step there is rejected): after
+    # 10 such iterations it is flagged failed, so every failed chain ends beyond 1
+    failure = diag["final_state"]["failure"]
+    final = x.reshape(200, 8)[-1].numpy()
+    assert failure["failed"].any() and np.all(final[failure["failed"]] >= 1.0)
+    assert all("frozen" in r for r in failure["reason"][failure["failed"]])
+    assert np.all(failure["iteration"][failure["failed"]] >= 10)
+
+
+# ------------------------------------------------------------ failed chains
+@pytest.mark.parametrize("engine, kernel", [("sgld", "SGLD"), ("sghmc", "SGHMC")])
+def test_a_blow_up_is_flagged_as_failed_with_its_iteration(engine, kernel):
+    # step_size=10 on a small network: |theta| passes 1e6 (the bound: 1e6 x the initial radius
+    # max(1, max |theta_0|) = 1) within the first warm-up iterations and ends near 1e21, frozen
+    with pytest.warns(UserWarning, match=f"{kernel}: 3 of 3 chain\\(s\\) failed; chain 0 at warm-up iteration "
+                                         r"\d+ \(draw \d+\): max \|theta\| = .* exceeds 1e\+06.*lower step_size "
+                                         r"\(now 10\)"):
+        r = run(zoo.cosine_mlp(hidden=5), (COSINE.x_train, COSINE.y_train), engine=engine, num_samples=10,
+                warmup_steps=5, num_chains=3, seed=0, step_size=10.0)
+    assert max(np.abs(v).max() for v in r.samples.values()) > 1e6
+    assert r.notes["failed"] == [True, True, True]
+    for at in r.notes["failed_at"]:
+        assert at["phase"] == "warmup" and 1 <= at["iteration"] <= 5 and at["draw"] == at["iteration"] - 1
+        assert "exceeds 1e+06" in at["reason"]
+    # where it shows up: the InferenceData attributes (JSON), the summary and the chain table
+    attrs = to_inference_data(r, prior=False).posterior.attrs
+    assert json.loads(attrs["failed"]) == [True, True, True]
+    assert json.loads(attrs["failed_at"]) == r.notes["failed_at"]
+    assert summary(r).attrs["failed"] == [True, True, True]
+    assert chain_table(r)["failed"].tolist() == [True, True, True]
+
+
+def test_a_failure_after_warm_up_names_the_sampling_draw():
+    # no warm-up, 3 iterations per draw: the iteration k that fails lies in draw (k - 1) // 3
+    pyro.set_rng_seed(0)
+    kernel = SGLD(potential=gaussian_target(MEAN, COV), step_size=5.0, thin=3, num_chains=2)
+    mcmc = MCMC(kernel, num_samples=20, warmup_steps=0, disable_progbar=True)
+    with pytest.warns(UserWarning, match="SGLD: 2 of 2 chain\\(s\\) failed; chain 0 at sampling iteration"):
+        mcmc.run()
+    failure = kernel.diagnostics()["final_state"]["failure"]
+    assert failure["failed"].all() and not failure["warmup"].any()
+    np.testing.assert_array_equal(failure["draw"], (failure["iteration"] - 1) // 3)
+    # x' = x - 5 P x + noise multiplies x by about |1 - 5 * 4 / 3| = 5.7 a step: 1e6 within a dozen steps
+    assert np.all(failure["iteration"] <= 15)
 
 
 # ------------------------------------------------------------ bad options

@@ -182,6 +182,7 @@ def test_sa_statistics(sa_run):
     np.testing.assert_allclose(sa_run.samples["noise_var"], stats["sigma[layers.0.weight]"] ** 2, rtol=1e-5)
     omega = stats["sa_step_size"]
     assert np.all(np.diff(omega, axis=1) < 0) and np.all(omega < 10 * 1000 ** -0.7)
+    assert sa_run.notes["failed"] == [False, False]  # checked like every SG-MCMC run
 
 
 def test_inclusion_probabilities_in_inference_data(sa_run, tmp_path):

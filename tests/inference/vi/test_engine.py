@@ -45,7 +45,8 @@ def test_svi_engine_exports_traces_and_appears_in_compare():
 def test_non_gaussian_priors_use_monte_carlo_kl(prior):
     problem = linear_regression(n=30)
     spec = BNNSpec(layers=[Dense(1)], input_dim=3, prior=prior, likelihood=GaussianLikelihood(0.5))
-    r = run(spec, (problem.x, problem.y), engine="svi", num_samples=20, num_chains=1, num_steps=150, lr=0.05)
+    r = run(spec, (problem.x, problem.y), engine="svi", num_samples=20, num_chains=1, num_steps=150, lr=0.05,
+            schedule="exponential", lr_decay=0.1)
     kl = r.vi.terms["kl"][0]
     assert np.isfinite(kl).all() and np.isfinite(r.vi.loss).all()
     assert kl[-20:].mean() < kl[:20].mean()

@@ -27,8 +27,8 @@ def test_minibatch_fit_reaches_the_optimum_of_its_objective(scheme, kl_weight):
     # minibatches, i.e. the optimum of 5 KL + NLL (prior^5, and the entropy x 5 too)
     potential = ConjugateNormal(num_data=100, prior_scale=0.2)
     torch.manual_seed(0)
-    fit = fit_mean_field(potential, num_steps=1000, lr=0.1, lr_decay=0.01, batch_size=20, kl_weighting=scheme,
-                         estimator="stl", num_particles=4)
+    fit = fit_mean_field(potential, num_steps=1000, lr=0.1, lr_decay=0.01, schedule="exponential", batch_size=20,
+                         kl_weighting=scheme, estimator="stl", num_particles=4)
     mean, sd = potential.posterior(kl_weight)
     other_mean, _ = potential.posterior(6.0 - kl_weight)
     assert fit.num_batches == 5 and fit.epochs["elbo"].shape == (200,)
@@ -58,7 +58,8 @@ def test_per_group_learning_rates_and_plateau_schedules():
 
 def test_exponential_decay_and_initial_scale():
     potential = ConjugateNormal()
-    fit = fit_mean_field(potential, num_steps=50, lr=0.1, lr_decay=0.01, init_rho=-10.0, scale_lr=1e-9)
+    fit = fit_mean_field(potential, num_steps=50, lr=0.1, lr_decay=0.01, init_rho=-10.0, scale_lr=1e-9,
+                         schedule="exponential")
     assert fit.trace["lr_loc"][0] == 0.1 and fit.trace["lr_loc"][-1] == pytest.approx(0.1 * 0.01 ** (49 / 50))
     torch.testing.assert_close(fit.guide.scale, torch.full((3,), math.log1p(math.exp(-10.0))), rtol=1e-5, atol=0)
     assert VIOptions(init_scale=0.3).initial_scale == pytest.approx(0.3)

@@ -22,7 +22,7 @@ def _float64(float64):
         ("kl", "exact", "kl 'exact': choose one of auto, analytic, mc"),
         ("optimizer", "adamw", "optimizer 'adamw': unknown optimizer"),
         ("scale_optimizer", {"kind": "sgd", "momentun": 0.9}, "scale_optimizer 'sgd': unknown option"),
-        ("schedule", "cosine", "schedule 'cosine': choose one of exponential, plateau, constant"),
+        ("schedule", "cosine", "schedule 'cosine': choose one of adaptive, exponential, plateau, constant"),
         ("plateau_factor", 1.5, "plateau_factor must be strictly between 0 and 1"),
         ("plateau_metric", "loss", "plateau_metric 'loss': choose one of split, elbo"),
         ("batch_size", 0, "batch_size must be an integer >= 1"),
@@ -54,7 +54,10 @@ def test_stl_with_analytic_kl_is_refused():
         ("plateau_factor", math.nan, "plateau_factor must be strictly between 0 and 1, got nan"),
         ("init_rho", "1", "init_rho must be a finite number, got '1'"),
         ("score_baseline", 1, "score_baseline must be True or False, got 1"),
-        ("schedule", ["plateau"], r"schedule \['plateau'\]: choose one of exponential, plateau, constant"),
+        ("schedule", ["plateau"], r"schedule \['plateau'\]: choose one of adaptive, exponential, plateau, constant"),
+        ("window", 1, "window must be an integer >= 2, got 1"),
+        ("tolerance", 0.0, "tolerance must be a positive number, got 0.0"),
+        ("anneal_steps", 0, "anneal_steps must be an integer >= 1, got 0"),
     ],
 )
 def test_vi_options_refuse(option, value, message):
