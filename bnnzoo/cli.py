@@ -38,18 +38,28 @@ def demo_plan(quick: bool = False) -> dict:
     return {"spec": spec, "data": {"name": "cosine"}, "engines": engines, "num_chains": 2, "seed": 0}
 
 
-def _load_data(table: dict | str | None, seed: int):
-    from .data import load
-
+def _data_table(table) -> tuple[str, dict]:
+    """``(name, keywords)`` of a run file's ``[data]``: a data set name or a table of
+    :func:`~bnnzoo.data.load`'s keywords (``path`` alone: ``name = "csv"``)."""
     if table is None:
         raise ValueError("[data]: missing; give name = '<dataset>' or path = 'train.csv' with target = '<column>'")
     if isinstance(table, str):
-        return load(table, seed=seed)
+        return table, {}
+    if not isinstance(table, dict):
+        raise ValueError(f"[data]: expected a table or a data set name, got {table!r}")
     options = dict(table)
     name = options.pop("name", "csv" if "path" in options else None)
     if name is None:
         raise ValueError("[data]: give name = '<dataset>' or path = 'train.csv'")
-    return load(name, seed=int(options.pop("seed", seed)), **options)
+    return name, options
+
+
+def load_data(table: dict | str | None, seed: int):
+    """The data set of a run file's ``[data]`` (a name or a table); its own ``seed`` wins."""
+    from .data import load
+
+    name, options = _data_table(table)
+    return load(name, **{"seed": seed, **options})
 
 
 def _compare(plan: dict, out: str, title: str, description: str, progress: bool, resume: bool = False,
@@ -59,7 +69,7 @@ def _compare(plan: dict, out: str, title: str, description: str, progress: bool,
     from .experiments import compare, format_table, write_report
 
     seed = plan.get("seed", 0)
-    data = _load_data(plan["data"], seed)
+    data = load_data(plan["data"], seed)
     common = {k: plan[k] for k in ("num_samples", "warmup_steps", "num_chains") if k in plan}
     try:
         table, runs = compare(plan["spec"], data, engines=plan["engines"], seed=seed, progress=progress,
@@ -86,7 +96,12 @@ def cmd_demo(args) -> int:
 
 def read_run_file(path: str | Path) -> dict:
     """Read a run file: ``[model]`` (a spec), ``[data]``, ``[[engines]]`` and an optional ``[run]``
-    table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``."""
+    table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``. Every table is checked
+    before anything runs (the data set's values by its loader): a ``ValueError`` naming the table,
+    the key and the value."""
+    from .data import check_load
+    from .inference import check_run
+    from .inference.engines import COUNTS
     from .models.spec import BNNSpec, read_toml
 
     doc = read_toml(path, "run file")
@@ -95,17 +110,31 @@ def read_run_file(path: str | Path) -> dict:
         raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected model, data, engines, run")
     if "model" not in doc:
         raise ValueError(f"{path}: missing the [model] table")
-    engines = doc.get("engines")
-    if not engines:
-        raise ValueError(f"{path}: add at least one [[engines]] table with kind = '<engine>'")
-    settings = dict(doc.get("run", {}))
-    bad = sorted(set(settings) - {"num_samples", "warmup_steps", "num_chains", "seed"})
+    settings = doc.get("run", {})
+    if not isinstance(settings, dict):
+        raise ValueError(f"[run]: expected a table of {', '.join(COUNTS)}, got {settings!r}")
+    bad = sorted(set(settings) - set(COUNTS))
     if bad:
-        raise ValueError(f"[run]: unknown key(s) {', '.join(bad)}; expected num_samples, warmup_steps, num_chains, seed")
-    for key, minimum in (("num_samples", 1), ("warmup_steps", 0), ("num_chains", 1), ("seed", 0)):
-        if key in settings:
-            validation.integer(f"[run] {key}", settings[key], minimum)
-    return {"spec": BNNSpec.from_dict(doc["model"]), "data": doc.get("data"), "engines": engines, **settings}
+        raise ValueError(f"[run]: unknown key(s) {', '.join(bad)}; expected {', '.join(COUNTS)}")
+    for key, value in settings.items():
+        minimum, maximum = COUNTS[key]
+        validation.integer(f"[run] {key}", value, minimum, maximum=maximum)
+    spec = BNNSpec.from_dict(doc["model"])
+    name, options = _data_table(doc.get("data"))
+    check_load(name, [k for k in options if k != "seed"])
+    engines = doc.get("engines")
+    if not isinstance(engines, list) or not engines:
+        raise ValueError(f"{path}: add at least one [[engines]] table with kind = '<engine>', got {engines!r}")
+    for i, table in enumerate(engines):  # as experiments.compare reads them: a name or a table with a kind
+        table = {"kind": table} if isinstance(table, str) else table
+        if not isinstance(table, dict) or not isinstance(table.get("kind"), str):
+            raise ValueError(f"engines[{i}]: expected a table with kind = '<engine>', got {table!r}")
+        options = {k: v for k, v in table.items() if k not in ("kind", "label")}
+        try:
+            check_run(table["kind"], **{**settings, **options})
+        except ValueError as err:
+            raise ValueError(f"engines[{i}] ({table['kind']}): {err}") from None
+    return {"spec": spec, "data": doc.get("data"), "engines": engines, **settings}
 
 
 def cmd_run(args) -> int:

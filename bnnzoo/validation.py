@@ -39,10 +39,13 @@ def positive(field: str, value: Any, error: ErrorFactory = value_error) -> None:
         raise error(field, f"must be a positive number, got {value!r}")
 
 
-def integer(field: str, value: Any, minimum: int = 1, error: ErrorFactory = value_error) -> None:
-    """An integer (numpy's included, never a bool) >= ``minimum``."""
+def integer(field: str, value: Any, minimum: int = 1, error: ErrorFactory = value_error,
+            maximum: int | None = None) -> None:
+    """An integer (numpy's included, never a bool) >= ``minimum`` (and <= ``maximum`` where given)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise error(field, f"must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise error(field, f"must be an integer <= {maximum}, got {value!r}")
 
 
 def count(field: str, value: Any, minimum: int = 1, error: ErrorFactory = value_error, *, got: str = ", got") -> None:

@@ -89,6 +89,9 @@ def test_integer_minimum():
     v.integer("padding", 0, minimum=0)
     _refuses(v.integer, "padding", -1, minimum=0, message="padding must be an integer >= 0, got -1")
     _refuses(v.integer, "n", 2, minimum=3, message="n must be an integer >= 3, got 2")
+    v.integer("seed", 2**32 - 1, minimum=0, maximum=2**32 - 1)
+    _refuses(v.integer, "seed", 2**32, minimum=0, maximum=2**32 - 1,
+             message="seed must be an integer <= 4294967295, got 4294967296")
 
 
 @pytest.mark.parametrize("x", [1, 7, np.int64(3), np.uint8(1)])

@@ -7,7 +7,7 @@
 """
 
 from .checks import check_data
-from .datasets import DATASETS, Dataset, load, register
+from .datasets import DATASETS, Dataset, check_load, load, register
 from . import tabular as _tabular  # noqa: F401  (registers the "csv" loader)
 
-__all__ = ["DATASETS", "Dataset", "check_data", "load", "register"]
+__all__ = ["DATASETS", "Dataset", "check_data", "check_load", "load", "register"]

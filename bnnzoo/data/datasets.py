@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,23 +120,27 @@ def load(name: str, seed: int = 0, **kw: Any) -> Dataset:
     Raises
     ------
     ValueError
-        Unknown name, invalid seed or option value.
-    TypeError
-        Unknown keyword for that data set.
+        Unknown name or keyword (:func:`check_load`), invalid seed or option value.
     """
-    if name not in DATASETS:
+    return check_load(name, kw)(seed=_check_seed(seed), **kw)
+
+
+def check_load(name: Any, keywords: Iterable[str] = ()) -> Loader:
+    """The loader of data set ``name`` once the name and the ``keywords`` of :func:`load` are
+    known ones; else a ``ValueError`` naming the data set and the wrong name or keyword."""
+    if not isinstance(name, str) or name not in DATASETS:
         raise ValueError(
             f"dataset {name!r}: unknown name; choose one of {', '.join(sorted(DATASETS))}"
         )
     loader = DATASETS[name]
     valid = [p for p in inspect.signature(loader).parameters if p != "seed"]
-    unknown = [k for k in kw if k not in valid]
+    unknown = [k for k in keywords if k not in valid]
     if unknown:
-        raise TypeError(
+        raise ValueError(
             f"dataset {name!r}: unknown keyword {unknown[0]!r}; "
             f"valid keywords are {', '.join(valid) or '(none)'}"
         )
-    return loader(seed=_check_seed(seed), **kw)
+    return loader
 
 
 # ----------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 from .. import validation
 
-__all__ = ["Options", "choice", "integer", "option", "optional", "positive", "fraction", "suggest"]
+__all__ = ["Options", "choice", "integer", "interval", "option", "optional", "positive", "fraction", "site_names",
+           "suggest"]
 
 Check = Callable[[str, Any], None]
 
@@ -36,6 +37,18 @@ def choice(*choices) -> Check:
 
 def integer(minimum: int = 1) -> Check:
     return lambda name, value: validation.integer(name, value, minimum)
+
+
+def interval(low: float = 0.0, high: float = float("inf"), low_open: bool = False, high_open: bool = True) -> Check:
+    """A finite number between ``low`` and ``high`` (see :func:`bnnzoo.validation.in_interval`)."""
+    return lambda name, value: validation.in_interval(name, value, low, high, low_open, high_open)
+
+
+def site_names(name: str, value: Any) -> None:
+    """None or a list of site names (strings)."""
+    if value is not None and (isinstance(value, str) or not isinstance(value, (list, tuple))
+                              or not all(isinstance(s, str) for s in value)):
+        raise ValueError(f"{name} must be a list of site names, got {value!r}")
 
 
 flag = validation.boolean

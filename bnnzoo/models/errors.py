@@ -53,7 +53,7 @@ def from_table(d: Any, field: str, registry: dict, what: str):
         raise SpecError(field, f"expected a table with a 'kind', got {d!r}")
     d = dict(d)
     kind = d.pop("kind", None)
-    if kind not in registry:
+    if not isinstance(kind, str) or kind not in registry:
         raise choose(f"{field}.kind", kind, registry, what)
     cls = registry[kind]
     valid = {f.name for f in fields(cls)}

@@ -58,7 +58,7 @@ class GaussianLikelihood(Likelihood):
             if isinstance(self.noise, str):
                 raise SpecError("noise", f"must be a positive number or 'learned', got {self.noise!r}")
             check_positive("noise", self.noise)
-        prior = tuple(self.noise_prior)
+        prior = tuple(self.noise_prior) if isinstance(self.noise_prior, (list, tuple)) else ()
         if len(prior) != 2:
             raise SpecError("noise_prior", f"must be [concentration, rate], got {self.noise_prior!r}")
         check_positive("noise_prior[0]", prior[0])
@@ -90,7 +90,7 @@ class GaussianLikelihood(Likelihood):
 
     def to_dict(self):
         d = {"kind": self.kind, "noise": self.noise}
-        if self.learned:
+        if self.learned or self.noise_prior != (1.0, 1.0):  # kept by a round trip even where unused
             d["noise_prior"] = list(self.noise_prior)
         return d
 

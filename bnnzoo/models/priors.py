@@ -23,6 +23,7 @@ References
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass
 from typing import Callable, ClassVar, Mapping
 
@@ -152,7 +153,8 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 def _log(x):
-    return math.log(x) if isinstance(x, (int, float)) else torch.log(x)
+    """``log`` of a number (numpy's scalars included) or a tensor."""
+    return math.log(x) if isinstance(x, numbers.Real) else torch.log(x)
 
 
 def _gaussian_log_density(w, scale):

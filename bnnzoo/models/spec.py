@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from ..validation import integer
+from ..validation import boolean, integer
 from .errors import SpecError, choose
 from .likelihoods import GaussianLikelihood, Likelihood, likelihood_from_dict
 from .priors import Gaussian, Prior, prior_from_dict
@@ -27,6 +27,10 @@ ACTIVATIONS = ("tanh", "sigmoid", "relu", "leaky_relu", "softplus", "gelu", "lin
 
 def _check_int(name: str, value: Any, minimum: int = 1) -> None:
     integer(name, value, minimum, error=SpecError)
+
+
+def _check_bias(value: Any) -> None:
+    boolean("bias", value, error=SpecError)
 
 
 def _check_activation(value: Any) -> None:
@@ -46,6 +50,7 @@ class Dense:
     def __post_init__(self):
         _check_int("units", self.units)
         _check_activation(self.activation)
+        _check_bias(self.bias)
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class Conv2d:
         _check_activation(self.activation)
         if self.pool is not None:
             _check_int("pool", self.pool)
+        _check_bias(self.bias)
 
     def output_shape(self, shape: tuple[int, int, int]) -> tuple[int, int, int]:
         """``(C, H, W)`` after convolution and pooling of an input ``shape``."""
@@ -94,7 +100,7 @@ def _layer_from_dict(d: Any, index: int) -> Layer:
         raise SpecError(where, f"expected a table such as {{units = 50}}, got {d!r}")
     d = dict(d)
     kind = d.pop("kind", "conv2d" if "channels" in d else "dense")
-    if kind not in LAYERS:
+    if not isinstance(kind, str) or kind not in LAYERS:
         raise choose(f"{where}.kind", kind, LAYERS, "layer kind")
     cls = LAYERS[kind]
     valid = {f.name for f in fields(cls)}
@@ -156,12 +162,19 @@ class BNNSpec:
     def __post_init__(self):
         self.layers = tuple(_layer_from_dict(layer, i) for i, layer in enumerate(self.layers))
         self.prior = prior_from_dict(self.prior, "prior")
+        if not isinstance(self.priors, Mapping):
+            raise SpecError("priors", f"must be a table of site = prior, e.g. {{'layers.0.weight' = 'laplace'}}, "
+                                      f"got {self.priors!r}")
         self.priors = {
             str(k): prior_from_dict(v, f"priors.{k}") for k, v in dict(self.priors).items()
         }
         self.likelihood = likelihood_from_dict(self.likelihood, "likelihood")
         if self.input_shape is not None:
+            if not isinstance(self.input_shape, (list, tuple)):
+                raise SpecError("input_shape", f"must be [channels, height, width], got {self.input_shape!r}")
             self.input_shape = tuple(self.input_shape)
+        if self.name is not None and not isinstance(self.name, str):
+            raise SpecError("name", f"must be a string, got {self.name!r}")
         self._check()
 
     # ------------------------------------------------------------------ checks

@@ -32,7 +32,7 @@ def test_unknown_name_lists_valid_names():
 
 
 def test_unknown_keyword_is_named():
-    with pytest.raises(TypeError, match=r"dataset 'cosine': unknown keyword 'n_trian'.*n_train"):
+    with pytest.raises(ValueError, match=r"dataset 'cosine': unknown keyword 'n_trian'.*n_train"):
         load("cosine", n_trian=10)
 
 

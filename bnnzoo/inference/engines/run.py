@@ -16,7 +16,10 @@ from ..threads import check_threads, choose_threads, using_threads, work_per_gra
 from ..tuning import recommend_target_accept
 from .registry import ENGINES, Engine
 
-__all__ = ["check_run", "run"]
+__all__ = ["COUNTS", "check_run", "run"]
+
+#: run-level count -> (minimum, maximum or None); a seed seeds numpy too, whose seeds are 32-bit
+COUNTS = {"num_samples": (1, None), "warmup_steps": (0, None), "num_chains": (1, None), "seed": (0, 2**32 - 1)}
 
 
 # ------------------------------------------------------------- helpers
@@ -36,8 +39,9 @@ def _resolve_data(data, model: BNN, seed: int) -> Dataset:
     elif isinstance(data, (tuple, list)):
         if len(data) not in (2, 4):
             raise ValueError(f"data: expected (x, y) or (x_train, y_train, x_test, y_test), got {len(data)} items")
-        x, y = data[:2]
-        xt, yt = data[2:] if len(data) == 4 else (x, y)
+        checks = {"task": model.task, "input_dim": model.spec.num_inputs, "num_classes": model.spec.num_classes}
+        x, y = check_data(*data[:2], name="user/train", **checks)  # the model's width: a 1-D x is one column
+        xt, yt = check_data(*data[2:], name="user/test", **checks) if len(data) == 4 else (x, y)
         data = Dataset("user", model.task, x, y, xt, yt, num_classes=model.spec.num_classes)
     if not isinstance(data, Dataset):
         raise TypeError(f"data: expected a Dataset, a dataset name or (x, y), got {type(data).__name__}")
@@ -67,11 +71,12 @@ def check_run(engine: str, num_samples: int = 500, warmup_steps: int = 500, num_
               **engine_options) -> Engine:
     """Every check :func:`run` makes on its engine, counts and options, without running anything:
     a ``ValueError`` naming the field and the value, or the :class:`Engine`."""
-    if engine not in ENGINES:
+    if not isinstance(engine, str) or engine not in ENGINES:
         raise ValueError(f"engine {engine!r}: unknown engine; choose one of {', '.join(sorted(ENGINES))}")
-    for name, value, minimum in (("num_samples", num_samples, 1), ("warmup_steps", warmup_steps, 0),
-                                 ("num_chains", num_chains, 1), ("seed", seed, 0)):
-        validation.integer(name, value, minimum)
+    counts = {"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": num_chains, "seed": seed}
+    for name, value in counts.items():
+        minimum, maximum = COUNTS[name]
+        validation.integer(name, value, minimum, maximum=maximum)
     ENGINES[engine].check(engine_options, num_chains)
     return ENGINES[engine]
 
@@ -141,7 +146,7 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
         if done is not None:
             return Run.from_draws(done["draws"], engine=engine, kind=spec.kind, model=model, data=data,
                                   wall_time=done["wall_time"], options=options)
-    pyro.set_rng_seed(seed)
+    pyro.set_rng_seed(int(seed))  # Python's random takes no numpy integer
     if store is not None and threads is not None:
         threads = store.threads(choose_threads(work_per_gradient(model, len(data.x_train), num_chains))
                                 if threads == "auto" else threads)

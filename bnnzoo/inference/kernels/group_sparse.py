@@ -69,7 +69,7 @@ import torch
 
 from ...models.priors import GroupSpikeAndSlab, group_dims
 from ..group_em import GroupSparseOptions, e_step, em_due
-from ..options import choice, integer, option, positive
+from ..options import choice, integer, option, optional, positive
 from ..potential import BNNPotential
 from ..sgmcmc import StepSizeSchedule
 from .sgmcmc import SCHEDULES, SGMCMCKernel, SGMCMCOptions, minibatch_data
@@ -94,7 +94,7 @@ class GroupSparseSGHMCOptions(GroupSparseOptions, SGMCMCOptions):
     step_size: float = option(1e-2, "C_0^2, the largest step size of the cyclical schedule", positive)
     schedule: str = option("cyclical", "step-size schedule: 'cyclical', 'constant' or 'polynomial'",
                            choice(*SCHEDULES))
-    cycle_length: int | None = option(None, "iterations per cycle (None: 50 epochs)")
+    cycle_length: int | None = option(None, "iterations per cycle (None: 50 epochs)", optional(integer(1)))
     thin: int = option(1, "cycles per draw with the cyclical schedule, else iterations per draw", integer(1))
     init_radius: float | str = option("fan_in", "initial points uniform in (-r, r); 'fan_in': r = 1/sqrt(fan_in)",
                                       _init_radius)

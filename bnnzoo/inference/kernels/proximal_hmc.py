@@ -29,7 +29,7 @@ from ... import validation
 from ..adaptation import harmonic_mean_acceptance
 from ..proximal import moreau_force, ns_hmc_force, prox_gradient_force
 from .hmc import AdaptiveHMC, WarmupOptions
-from ..options import choice, flag, integer, option, positive
+from ..options import choice, flag, integer, option, positive, site_names
 
 __all__ = ["CHAIN_METHODS", "FORCES", "ProximalHMC", "ProximalOptions", "acceptance_statistic",
            "relative_hamiltonian_error"]
@@ -52,11 +52,6 @@ def _step_jitter(name: str, value) -> None:
     validation.in_interval(name, value, 0, 1)
 
 
-def _site_names(name: str, value) -> None:
-    if value is not None and (isinstance(value, str) or not all(isinstance(s, str) for s in value)):
-        raise ValueError(f"{name} must be a list of site names, got {value!r}")
-
-
 @dataclass(frozen=True)
 class ProximalOptions(WarmupOptions):
     """Options of :class:`ProximalHMC`."""
@@ -73,7 +68,7 @@ class ProximalOptions(WarmupOptions):
                                   flag)
     sparsity_threshold: float = option(1e-2, "the sparsity stat counts weights with |w| below this", positive)
     sparsity_sites: Sequence[str] | None = option(
-        None, "sites counted by the sparsity stat (None: the network weights)", _site_names)
+        None, "sites counted by the sparsity stat (None: the network weights)", site_names)
     chain_method: str = option("vectorized", "evaluate the chains' potential as one batch or one chain at a time",
                                choice(*CHAIN_METHODS))
 

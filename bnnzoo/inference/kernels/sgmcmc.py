@@ -66,6 +66,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -74,7 +75,7 @@ from ..potential import PyroPotential
 from ..pruning import MagnitudePruning
 from ..sgmcmc import SCHEDULES, StepSizeSchedule, finite_chains, inverse_temperature_at, keep_chains, minibatch_rows
 from .base import BaseOptions, FlatKernel
-from ..options import choice, flag, integer, option, optional, positive
+from ..options import choice, flag, integer, interval, option, optional, positive, site_names
 
 __all__ = ["BLOWUP_FACTOR", "FROZEN_ITERATIONS", "SGLDOptions", "SGMCMCKernel", "SGMCMCOptions", "minibatch_data"]
 
@@ -108,9 +109,9 @@ class SGMCMCOptions(BaseOptions):
     step_size: float = option(1e-4, "epsilon_0 (SGLD) or the learning rate eta_0 (SGHMC)", positive)
     schedule: str = option("constant", "step-size schedule: 'constant', 'polynomial' or 'cyclical'",
                            choice(*SCHEDULES))
-    decay_power: float = option(1.0 / 3.0, "polynomial decay eps_0 ((k+b)/(1+b))^-gamma: gamma")
-    decay_offset: float = option(0.0, "polynomial decay: the offset b")
-    cycle_length: int | None = option(None, "iterations per cycle of the cyclical schedule")
+    decay_power: float = option(1.0 / 3.0, "polynomial decay eps_0 ((k+b)/(1+b))^-gamma: gamma", positive)
+    decay_offset: float = option(0.0, "polynomial decay: the offset b", interval(0))
+    cycle_length: int | None = option(None, "iterations per cycle of the cyclical schedule", optional(integer(1)))
     batch_size: int | None = option(None, "minibatch size B (None: the full data every step)", optional(integer(1)))
     shared_minibatch: bool = option(False, "one minibatch for all vectorized chains (default: one per chain)", flag)
     thin: int = option(1, "iterations per kept draw after warm-up", integer(1))
@@ -129,10 +130,11 @@ class SGLDOptions(SGMCMCOptions):
     inverse_temperature: float = option(1.0, "tau_0; the chain targets exp(-tau U)", positive)
     annealing: float = option(1.0, "growth g of simulated annealing, tau_k = tau_0 g^(k-1) (1: none)", positive)
     max_inverse_temperature: float = option(math.inf, "cap of the annealed tau", _max_inverse_temperature)
-    prune: float | None = option(None, "magnitude pruning toward this sparsity S (None: no pruning)")
-    prune_decay: float = option(0.99, "pruning schedule S (1 - D^(k/U)): D")
-    prune_period: float = option(50.0, "pruning schedule S (1 - D^(k/U)): U")
-    prune_sites: tuple | None = option(None, "sites pruned (None: every layer weight)")
+    prune: float | None = option(None, "magnitude pruning toward this sparsity S in [0, 1) (None: no pruning)",
+                                 optional(interval(0, 1)))
+    prune_decay: float = option(0.99, "pruning schedule S (1 - D^(k/U)): D in (0, 1)", interval(0, 1, low_open=True))
+    prune_period: float = option(50.0, "pruning schedule S (1 - D^(k/U)): U", positive)
+    prune_sites: Sequence[str] | None = option(None, "sites pruned (None: every layer weight)", site_names)
 
     def validate(self) -> None:
         super().validate()

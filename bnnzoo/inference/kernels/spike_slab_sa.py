@@ -76,7 +76,7 @@ from ...models.likelihoods import GaussianLikelihood
 from ...models.priors import SpikeAndSlab, spike_slab_log_density
 from ..potential import BNNPotential
 from ..stochastic_approximation import SpikeSlabState, sa_update, sa_weight, spike_slab_force
-from ..options import Options, choice, option, optional, positive
+from ..options import Options, choice, flag, option, optional, positive
 from .sghmc import SGHMC, SGHMCOptions
 from .sgld import SGLD
 from .sgmcmc import SGLDOptions, minibatch_data
@@ -110,7 +110,8 @@ class SpikeSlabOptions(Options):
                                   optional(positive))
     ig_nu: float = option(1.0, "InvGamma(nu/2, nu lambda/2) prior on sigma^2: nu", positive)
     ig_lambda: float = option(1.0, "InvGamma(nu/2, nu lambda/2) prior on sigma^2: lambda", positive)
-    shared_sigma: bool | None = option(None, "one sigma for all sparse layers (forced for learned-noise regression)")
+    shared_sigma: bool | None = option(None, "one sigma for all sparse layers (forced for learned-noise regression)",
+                                       optional(flag))
 
 
 @dataclass(frozen=True)
