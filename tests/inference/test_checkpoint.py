@@ -24,7 +24,7 @@ CHILD = ROOT / "tests" / "support" / "resume_child.py"
 
 
 #: one engine per family for the real-signal test (every engine is stopped in-process below)
-FAMILIES = ("nuts", "chees", "proximal_hmc", "rwmh", "sghmc", "sgld_sa", "sghmc_group_ss")
+FAMILIES = ("nuts", "chees", "proximal_hmc", "rwmh", "sghmc", "sgld_sa", "sghmc_group_ss", "svi")
 
 
 def _launch(out: Path, resume: bool) -> subprocess.Popen:
@@ -77,8 +77,8 @@ def test_killed_and_resumed_runs_give_the_uninterrupted_draws(tmp_path):
     proc = _launch(tmp_path, resume=False)
     stops = 0
     for engine in FAMILIES:
-        per_chain = resume_child.WARMUP + resume_child.SAMPLES
-        total = resume_child.ENGINES[engine][1] * per_chain
+        chains, per_chain = resume_child.iterations(engine)
+        total = chains * per_chain
         first = rng.randint(1, total - 2)
         second = rng.randint(first + 1, total - 1)
         for target, sig in ((first, signal.SIGINT), (second, signal.SIGKILL)):
@@ -98,7 +98,8 @@ def test_every_engine_resumes_bit_identically(tmp_path, engine, monkeypatch):
     """Stopped right after a random save (as a kill after a checkpoint leaves it), then resumed."""
     settings = resume_child.settings(engine)
     want = run(**settings)
-    total = resume_child.ENGINES[engine][1] * (resume_child.WARMUP + resume_child.SAMPLES)
+    chains, per_chain = resume_child.iterations(engine)
+    total = chains * per_chain
     stop_after = random.Random(engine).randint(1, total - 1)
     save, saves = Checkpoint.save, []
 

@@ -32,8 +32,14 @@ ENGINES = {
     "sgld_sa": ({"step_size": 1e-4}, 1),
     "sghmc_sa": ({}, 1),
     "sghmc_group_ss": ({}, 1),
-    "svi": ({"num_steps": 16}, 2),
+    "svi": ({"num_steps": 24}, 2),
 }
+
+
+def iterations(engine: str) -> tuple[int, int]:
+    """(chains run one after another, iterations of each): VI counts optimisation steps."""
+    options, chains = ENGINES[engine]
+    return chains, options.get("num_steps", WARMUP + SAMPLES)
 
 
 def settings(engine: str) -> dict:

@@ -143,4 +143,4 @@ def run_vi(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains:
            options: dict, checkpoint: Checkpoint | None = None) -> Draws:
     """Mean-field VI: one independent fit per chain, ``num_samples`` draws from each guide."""
     opts = engine.options_cls(**options)
-    return sample_mean_field(make_potential(model, x, y), opts, num_samples, num_chains)
+    return sample_mean_field(make_potential(model, x, y), opts, num_samples, num_chains, checkpoint)

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ...results import Draws, VITrace
+from ..checkpoint import deferred_interrupt, rng_state, set_rng_state
 from ..potential import FlatPotential, initial_theta
 from .convergence import converged, elbo_change, fit_spread, not_converged_message, stationarity, window_steps
 from .elbo import elbo_terms, gaussian_kl, kl_weights, num_batches, surrogate_loss
@@ -276,6 +277,7 @@ class _Objective:
 
 def fit_mean_field(potential, options: VIOptions | None = None, *,
                    callback: Callable[[int, MeanFieldGuide, dict], Any] | None = None, warn: bool = True,
+                   on_step: Callable[[int, Callable[[], dict]], Any] | None = None, state: dict | None = None,
                    **kwargs) -> VIFit:
     """Fit the mean-field guide (the objective is described in :mod:`bnnzoo.inference.vi`).
 
@@ -291,6 +293,12 @@ def fit_mean_field(potential, options: VIOptions | None = None, *,
         snapshot of the guide and the epoch's means (``loss, elbo, nll, kl, lr_loc, lr_scale``).
     warn : bool
         Warn (``UserWarning``) when the fit has not converged.
+    on_step : callable, optional
+        ``on_step(steps_done, state)`` after every step that does not end the fit; ``state()``
+        gives the loop's complete state (guide, optimizers, schedules, traces, minibatch order,
+        RNG states), what a checkpoint stores.
+    state : dict, optional
+        Such a state: the fit continues from it as if it had never stopped.
 
     Returns
     -------
@@ -321,8 +329,14 @@ def fit_mean_field(potential, options: VIOptions | None = None, *,
     adaptive = _AdaptiveSchedule(opts, optimizers, window, m) if opts.schedule == "adaptive" else None
     trace = {k: np.full(opts.num_steps, np.nan) for k in TRACES}
     epochs: dict[str, list] = {k: [] for k in TRACES}
-    done = opts.num_steps
-    for step in range(opts.num_steps):
+    done, start = opts.num_steps, 0
+    if state is not None:
+        loc, rho, optimizers, schedulers, adaptive, objective, trace, epochs, start = (
+            state[k] for k in ("loc", "rho", "optimizers", "schedulers", "adaptive", "objective", "trace", "epochs",
+                               "step"))
+        opt_loc, opt_rho = optimizers
+        set_rng_state(state["rng"])  # after the set-up above, which draws its own start
+    for step in range(start, opts.num_steps):
         epoch, i = divmod(step, m)
         terms, w, surrogate = objective(loc, rho, step)
         for o in optimizers:
@@ -354,6 +368,10 @@ def fit_mean_field(potential, options: VIOptions | None = None, *,
                                                   lambda: objective.stationarity(loc, rho, window)):
             done = step + 1
             break
+        if on_step is not None:
+            on_step(step + 1, lambda: {"loc": loc, "rho": rho, "optimizers": optimizers, "schedulers": schedulers,
+                                       "adaptive": adaptive, "objective": objective, "trace": trace,
+                                       "epochs": epochs, "step": step + 1, "rng": rng_state()})
     trace = {k: v[:done] for k, v in trace.items()}
     guide = MeanFieldGuide(loc.detach(), F.softplus(rho).detach())
     final_window = window_steps(opts.window, m, done)
@@ -392,8 +410,37 @@ def _plateau_step(schedulers, summary: dict[str, float], metric: str) -> None:
 
 
 
-def sample_mean_field(potential, options: VIOptions, num_samples: int, num_chains: int) -> Draws:
-    """One independent fit per chain, then ``num_samples`` iid draws from each fitted guide.
+def _fits(potential, options: VIOptions, num_chains: int, checkpoint=None) -> list[VIFit]:
+    """``num_chains`` independent fits, one after another; with a
+    :class:`~bnnzoo.inference.checkpoint.Checkpoint`, saved as they go and continued from it."""
+    if checkpoint is None:
+        return [fit_mean_field(potential, options, warn=False) for _ in range(num_chains)]
+    checkpoint.externals.setdefault("potential", potential)
+    saved = checkpoint.load() or {"chain": 0, "finished": []}
+    fits = list(saved["finished"])
+    with deferred_interrupt() as interrupt:
+        for chain in range(len(fits), num_chains):
+            state = saved.get("fit") if saved["chain"] == chain else None
+            if saved["chain"] == chain and state is None and "rng" in saved:
+                set_rng_state(saved["rng"])  # where the previous fit left it
+
+            def on_step(done, state):
+                if interrupt["requested"] or checkpoint.due():
+                    checkpoint.save({"chain": chain, "fit": state(), "finished": fits},
+                                    chain=chain, iteration=done, draws=0)
+                if interrupt["requested"]:
+                    raise checkpoint.interrupted(f"at step {done} of fit {chain}")
+
+            fits.append(fit_mean_field(potential, options, warn=False, on_step=on_step, state=state))
+            checkpoint.save({"chain": chain + 1, "rng": rng_state(), "finished": fits}, chain=chain + 1,
+                            iteration=0, draws=0)
+    return fits
+
+
+def sample_mean_field(potential, options: VIOptions, num_samples: int, num_chains: int,
+                      checkpoint=None) -> Draws:
+    """One independent fit per chain, then ``num_samples`` iid draws from each fitted guide
+    (``checkpoint``: a :class:`~bnnzoo.inference.checkpoint.Checkpoint` the fits save to and continue from).
 
     Returns :class:`~bnnzoo.results.Draws` of the constrained sites, with ``lp``
     (the log density at each draw) and a :class:`~bnnzoo.results.VITrace` of the fits:
@@ -402,7 +449,7 @@ def sample_mean_field(potential, options: VIOptions, num_samples: int, num_chain
     names the fits that have not converged.
     """
     analytic_prior_scale(potential, options.kl_mode)  # fail before fitting on a bad kl=
-    fits = [fit_mean_field(potential, options, warn=False) for _ in range(num_chains)]
+    fits = _fits(potential, options, num_chains, checkpoint)
     theta = torch.stack([f.guide.sample(num_samples) for f in fits])  # [chain, draw, D]
     with torch.no_grad():
         samples = {k: v.numpy() for k, v in potential.constrain(theta).items()}
