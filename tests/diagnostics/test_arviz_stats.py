@@ -43,8 +43,8 @@ def test_hmc_family_sample_stats(engine_idata, close_figures):
     stats = idata.sample_stats
     assert set(HMC_STATS) <= set(stats), engine
     for name, value in stats.items():
-        if name == "diverging":
-            assert value.dtype == bool
+        if name in ("diverging", "reached_max_tree_depth", "reached_max_steps"):
+            assert value.dtype == bool, name
         elif name in ("n_steps", "tree_depth"):
             assert value.dtype == np.int64, name
         else:
