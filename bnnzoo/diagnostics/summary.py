@@ -113,7 +113,7 @@ def chain_table(idata_or_run, sparsity_threshold: float = SPARSITY_THRESHOLD) ->
 
 def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSITY_THRESHOLD,
             include_lp: bool = True, **summary_kwargs) -> pd.DataFrame:
-    """``az.summary`` plus ESS per second, sparsity, and per-chain sampler statistics.
+    """``az.summary`` plus ESS per second, sparsity, acceptance and divergences.
 
     Parameters
     ----------
@@ -131,10 +131,12 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
     -------
     pandas.DataFrame
         One row per scalar, ``az.summary``'s columns plus ``ess_bulk_per_s``,
-        ``ess_tail_per_s`` (ESS over the run's wall time) and ``sparsity`` (fraction
-        of draws with ``|value| < threshold``). ``df.attrs`` holds the run-level
-        numbers: ``sampling_time``, ``sparsity`` (over all weights), and per chain
-        ``acceptance_rate``, ``divergences`` (lists, see :func:`chain_table`).
+        ``ess_tail_per_s`` (ESS over the run's wall time), ``sparsity`` (fraction
+        of draws with ``|value| < threshold``) and the run-level ``acceptance`` (mean
+        acceptance probability over every chain and draw) and ``divergences`` (their
+        total), the same in every row and NaN where the engine records none.
+        ``df.attrs`` holds ``sampling_time``, ``sparsity`` (over all weights), and per
+        chain ``acceptance_rate``, ``divergences`` (lists, see :func:`chain_table`).
     """
     idata = _idata(idata_or_run)
     near_zero = {"sparsity": lambda a: float(np.mean(np.abs(a) < sparsity_threshold))}
@@ -149,6 +151,9 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
         if f"ess_{kind}" in table:
             table[f"ess_{kind}_per_s"] = table[f"ess_{kind}"] / seconds
     chains = chain_table(idata, sparsity_threshold)
+    acceptance, diverging = _stat(stats, "acceptance_rate"), _stat(stats, "diverging")
+    table["acceptance"] = math.nan if acceptance is None else float(np.mean(acceptance))
+    table["divergences"] = math.nan if diverging is None else int(np.sum(diverging))
     table.attrs.update({
         "sampling_time": seconds,
         "sparsity": sparsity(idata, sparsity_threshold),
