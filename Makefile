@@ -1,8 +1,11 @@
 # bnnzoo: `make demo` runs the end-to-end comparison, `make test` the test suite.
 # Each creates .venv if missing and installs what it needs. torch is installed
-# first and pinned (a CPU wheel), so pip never pulls a CUDA build.
+# first and pinned, so installing bnnzoo never pulls another build. TORCH_INDEX,
+# when set, is the only index that torch comes from: TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# enforces the CPU wheel (PyPI's Linux wheel brings the CUDA libraries).
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -13,7 +16,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)") "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 

@@ -7,7 +7,10 @@ shows the traceback.
 from __future__ import annotations
 
 import argparse
+import inspect
+import re
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -158,6 +161,43 @@ def _add_checkpoint_arguments(p) -> None:
                    help="save the running engine's state every T seconds (default 30)")
 
 
+def _latex(math: str) -> str:
+    r"""Inline LaTeX as plain text: ``\tau \sim C^+(0, \text{s})`` -> ``tau ~ C^+(0, s)``."""
+    math = re.sub(r"\\text\{([^}]*)\}", r"\1", math).replace("\\_", "_").replace("\\,", " ").replace("\\sim", "~")
+    return " ".join(re.sub(r"\\([A-Za-z]+)", r"\1", math).split())
+
+
+def _plain(text: str) -> str:
+    """A docstring's reST markup as plain text: ``x`` -> x, :math:`...` -> text, :class:`~a.B` -> B."""
+    text = re.sub(r":math:`([^`]*)`", lambda m: _latex(m.group(1)), text)
+    text = re.sub(r":[a-z:]+:`~(?:[\w.]*\.)?([^`]*)`", r"\1", text)
+    text = re.sub(r":[a-z:]+:`([^`]*)`", r"\1", text)
+    return " ".join(text.replace("``", "").split())
+
+
+def _first_sentence(obj) -> str:
+    """The first sentence of ``obj``'s docstring, whole and as plain text; a display formula
+    (``.. math::``) that follows an opening sentence ends it."""
+    doc = re.split(r"\n\S[^\n]*\n-{3,}\n", "\n" + (inspect.getdoc(obj) or ""))[0]  # numpydoc sections off
+    text = ""
+    for paragraph in doc.strip().split("\n\n"):
+        display = paragraph.lstrip().startswith(".. math::")
+        text = f"{text} {_latex(paragraph.split('::', 1)[1]) if display else _plain(paragraph)}".strip()
+        end = re.search(r"(?<!e\.g)(?<!i\.e)[.!?](?=\s+\D|$)", text)  # "eq. 4" does not end a sentence
+        if end:
+            return text[:end.end()]
+        if display:
+            return text.rstrip(",;:") + "."
+    return text
+
+
+def _parameters(obj) -> str:
+    """``Name(a=1, b='x')``: a class's or function's parameters with their defaults."""
+    params = [p.name if p.default is p.empty else f"{p.name}={p.default!r}"
+              for p in inspect.signature(obj).parameters.values()]
+    return f"{obj.__name__}({', '.join(params)})"
+
+
 def cmd_list(args) -> int:
     from .data import DATASETS
     from .inference import ENGINES
@@ -173,37 +213,70 @@ def cmd_list(args) -> int:
         return 0
 
     def section(title, rows):
+        """``rows``: (name, lines); each line wrapped under the name's column."""
+        indent = max(len(name) for name, _ in rows) + 4
         print(f"{title}:")
-        for name, text in rows:
-            print(f"  {name:<22} {text}")
+        for name, lines in rows:
+            for i, line in enumerate(lines):
+                print(textwrap.fill(line, 100, initial_indent=f"  {name if i == 0 else '':<{indent - 2}}",
+                                    subsequent_indent=" " * indent, break_on_hyphens=False))
         print()
 
-    first_line = lambda obj: (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""  # noqa: E731
-    section("priors", [(k, first_line(v)) for k, v in PRIORS.items()])
-    section("likelihoods", [(k, first_line(v)) for k, v in LIKELIHOODS.items()])
-    section("engines", [(k, f"{e.description} Options: {', '.join(e.options())}") for k, e in ENGINES.items()])
-    section("datasets", [(k, first_line(v)) for k, v in DATASETS.items()])
-    section("zoo models", [(k, first_line(v)) for k, v in zoo.ZOO.items()])
+    described = lambda registry: [(k, [_parameters(v), _first_sentence(v)]) for k, v in registry.items()]  # noqa: E731
+    section("priors", described(PRIORS))
+    section("likelihoods", described(LIKELIHOODS))
+    section("engines (bnnzoo list ENGINE: every option with its default and meaning)",
+            [(k, [e.description, f"options: {', '.join(e.options())}"]) for k, e in ENGINES.items()])
+    section("datasets", described(DATASETS))
+    section("zoo models", described(zoo.ZOO))
     return 0
 
 
+#: InferenceData attributes every run has; the others are the engine's notes
+_RUN_ATTRS = {"created_at", "arviz_version", "inference_library", "inference_library_version", "bnnzoo_version",
+              "num_chains", "num_draws", "engine", "method", "sampling_time", "num_warmup", "options", "model"}
+
+
 def cmd_inspect(args) -> int:
+    import json
+    import math
+
     import arviz as az
     import pandas as pd
 
-    from .diagnostics import summary
+    from .diagnostics import chain_table, summary
 
     path = Path(args.run)
     if not path.exists():
         raise FileNotFoundError(f"run file not found: {path}")
     idata = az.from_netcdf(str(path))
+    attrs = dict(idata.posterior.attrs)
+    options = json.loads(attrs.get("options", "{}"))
+    table, chains = summary(idata), chain_table(idata)
+    per_chain = lambda column, fmt: ", ".join(format(v, fmt) for v in chains[column])  # noqa: E731
     print(f"{path}: groups {', '.join(idata.groups())}")
-    attrs = idata.posterior.attrs
-    for key in ("engine", "sampling_time", "num_warmup"):
+    for key in ("engine", "method", "model", "sampling_time", "num_chains", "num_draws", "num_warmup"):
         if key in attrs:
-            print(f"  {key}: {attrs[key]}")
+            print(f"  {key}: {attrs[key]:.4g}" if isinstance(attrs[key], float) else f"  {key}: {attrs[key]}")
+    print("run diagnostics:")
+    acceptance, divergences = table["acceptance"].iloc[0], table["divergences"].iloc[0]
+    if not math.isnan(acceptance):
+        target = f" (target {options['target_accept']})" if options.get("target_accept") is not None else ""
+        print(f"  acceptance: {acceptance:.3f} mean{target}; per chain {per_chain('acceptance_rate', '.3f')}")
+    if not math.isnan(divergences):
+        print(f"  divergences: {divergences:.0f}; per chain {per_chain('divergences', '.0f')}")
+    if chains["step_size"].notna().all():
+        print(f"  step size: per chain {per_chain('step_size', '.3g')}")
+    if "lp" in table.index:
+        lp = table.loc["lp"]
+        print(f"  lp: R-hat {lp['r_hat']:.3f}, ESS bulk {lp['ess_bulk']:.0f}, ESS tail {lp['ess_tail']:.0f}")
+    if options:
+        print("options:\n" + "\n".join(f"  {k} = {v!r}" for k, v in options.items()))
+    notes = {k: v for k, v in attrs.items() if k not in _RUN_ATTRS and not k.startswith("option.")}
+    if notes:
+        print("notes:\n" + "\n".join(f"  {k}: {v}" for k, v in notes.items()))
     with pd.option_context("display.width", 160, "display.max_rows", args.rows):
-        print(summary(idata).head(args.rows).to_string())
+        print(table.drop(columns=["acceptance", "divergences"]).head(args.rows).to_string())
     return 0
 
 

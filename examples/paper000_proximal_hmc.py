@@ -41,6 +41,7 @@ Usage::
 
     python examples/paper000_proximal_hmc.py            # default size: a few minutes on 2 cores
     python examples/paper000_proximal_hmc.py --full     # all 1437 training images, wider CNN, longer runs
+    python examples/paper000_proximal_hmc.py --smoke --out out/paper000_smoke   # seconds: checks the script
     python examples/paper000_proximal_hmc.py --only proximal_hmc adam --out /tmp/p000
 
 Writes to ``out/paper000/`` (``--out``): ``table.md`` and ``table.csv`` (one row per
@@ -80,6 +81,8 @@ DEFAULT = dict(channels=4, n_train=500, prior_scale=0.2, init_radius=0.3, chains
                map_epochs=150, map_restarts=3, batch_size=50, adam_lr=1e-2, sgd_lr=0.1, every=5)
 FULL = dict(DEFAULT, channels=8, n_train=None, chains=4, phmc_warmup=400, phmc_samples=400, num_steps=20,
             nuts_warmup=200, nuts_samples=200, nuts_tree_depth=6, map_epochs=300, every=10)
+SMOKE = dict(DEFAULT, channels=2, phmc_warmup=10, phmc_samples=10, num_steps=5, nuts_warmup=5, nuts_samples=5,
+             nuts_tree_depth=3, map_epochs=20, map_restarts=2)
 
 
 # ------------------------------------------------------------ evaluation
@@ -176,7 +179,8 @@ def mcmc_method(name: str, cfg: dict, model, potential, data, seed: int) -> tupl
                                     initial=potential.unflatten(theta0)))
         samples_, stats, wall, snaps = stack_runs(parts)
     options = {"num_chains": chains, "warmup_steps": warmup, "num_samples": samples, "thin": thin}
-    return Run(name, "mcmc", model, data, samples_, stats, wall, options=options), snaps
+    return Run(samples_, stats, engine=name, kind="mcmc", model=model, data=data, wall_time=wall,
+               options=options), snaps
 
 
 def mcmc_row(run: Run, potential, mask) -> tuple[dict, torch.Tensor]:
@@ -241,7 +245,7 @@ def map_method(name: str, cfg: dict, model, potential, data, evaluator: Evaluato
     fit = map_fit(potential, optimizer=name, lr=lr, num_epochs=cfg["map_epochs"], batch_size=cfg["batch_size"],
                   init=init, callback=record if curve else None)
     samples = {k: v.numpy()[None] for k, v in potential.constrain(fit.theta[None]).items()}  # [1, 1, ...]
-    run = Run(name, "map", model, data, samples, {}, fit.wall_time,
+    run = Run(samples, engine=name, kind="map", model=model, data=data, wall_time=fit.wall_time,
               options={"lr": lr, "epochs": cfg["map_epochs"], "batch_size": cfg["batch_size"]})
     return run, fit.theta[None], rows
 
@@ -315,7 +319,9 @@ def plot_curves(curves: pd.DataFrame, methods: list[str], path: Path) -> None:
 # -------------------------------------------------------------------- main
 def main(argv=None) -> pd.DataFrame:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="paper-like size (much longer)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--full", action="store_true", help="paper-like size (much longer)")
+    group.add_argument("--smoke", action="store_true", help="a tiny run (seconds): checks the script, not the paper")
     parser.add_argument("--out", default="out/paper000", help="output folder")
     parser.add_argument("--only", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--seed", type=int, default=0)
@@ -324,7 +330,8 @@ def main(argv=None) -> pd.DataFrame:
                              "overhead, catastrophically so on a busy machine)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    cfg = FULL if args.full else DEFAULT
+    cfg = FULL if args.full else SMOKE if args.smoke else DEFAULT
+    size = "--full" if args.full else "--smoke" if args.smoke else "default size"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -363,7 +370,7 @@ def main(argv=None) -> pd.DataFrame:
     text = markdown(table)
     (out / "table.md").write_text(
         f"{data.describe()}; laplace_cnn(channels={cfg['channels']}, scale={cfg['prior_scale']}), "
-        f"{potential.dim} parameters; {'--full' if args.full else 'default size'}, seed {args.seed}\n\n{text}\n")
+        f"{potential.dim} parameters; {size}, seed {args.seed}\n\n{text}\n")
     print(text)
     print(f"total {time.perf_counter() - start:.0f} s; wrote {out}/table.md, table.csv, curves.csv, curves.png")
     return table

@@ -26,6 +26,7 @@ to ``--workers`` processes); ``--full`` uses the paper's iteration counts
 
     python examples/paper001_sgld_sa.py                 # -> out/paper001/
     python examples/paper001_sgld_sa.py --full --out out/paper001_full
+    python examples/paper001_sgld_sa.py --smoke --workers 1 --out out/paper001_smoke   # seconds: checks the script
 
 Writes ``regression.md/.csv``, ``classification.md/.csv``, ``coefficients.png``,
 ``hyperparameters.png``, ``adversarial.png`` and ``timing.json``.
@@ -55,6 +56,10 @@ METHODS = ("SGLD-SA", "SGLD-EM", "SGLD")
 #: Table 2 of the paper (MNIST, no data augmentation): test accuracy in %
 PAPER_TABLE2_MNIST = {"SGHMC-SA": 99.59, "SGHMC": 99.47, "Adam (Vanilla)": 99.31}
 EPSILONS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5)
+#: sizes: default, --full (the paper's iteration counts) and --smoke (seconds)
+DEFAULT = dict(reg_iterations=10_000, reg_draws=1000, cls_epochs=100, cls_draws=100, cls_seeds=3)
+FULL = dict(DEFAULT, reg_iterations=500_000, cls_epochs=1000)
+SMOKE = dict(reg_iterations=200, reg_draws=20, cls_epochs=1, cls_draws=5, cls_seeds=2)
 
 
 def _setup_torch() -> None:
@@ -350,22 +355,25 @@ def classification_figure(results: list[dict], out: Path) -> None:
 # ------------------------------------------------------------------ main
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--full", action="store_true", help="the paper's iteration counts")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--full", action="store_true", help="the paper's iteration counts")
+    group.add_argument("--smoke", action="store_true", help="a tiny run (seconds): checks the script, not the paper")
     parser.add_argument("--out", default="out/paper001")
     parser.add_argument("--part", choices=("all", "regression", "classification"), default="all")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2, help="processes for the independent runs")
     parser.add_argument("--reg-iterations", type=int, default=None,
                         help="SGLD iterations per regression run (default 10000; --full 500000)")
-    parser.add_argument("--reg-draws", type=int, default=1000, help="draws kept per regression run")
+    parser.add_argument("--reg-draws", type=int, default=None, help="draws kept per regression run (default 1000)")
     parser.add_argument("--cls-epochs", type=int, default=None, help="CNN epochs (default 100; --full 1000)")
-    parser.add_argument("--cls-draws", type=int, default=100, help="draws kept per SG-MCMC CNN run")
-    parser.add_argument("--cls-seeds", type=int, default=3, help="seeds (data split and chain) per CNN method")
+    parser.add_argument("--cls-draws", type=int, default=None, help="draws kept per SG-MCMC CNN run (default 100)")
+    parser.add_argument("--cls-seeds", type=int, default=None, help="seeds (data split and chain) per CNN method "
+                        "(default 3)")
     args = parser.parse_args(argv)
-    if args.reg_iterations is None:
-        args.reg_iterations = 500_000 if args.full else 10_000
-    if args.cls_epochs is None:
-        args.cls_epochs = 1000 if args.full else 100
+    size = SMOKE if args.smoke else FULL if args.full else DEFAULT
+    for key, value in size.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     return args
 
 

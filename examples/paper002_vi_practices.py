@@ -21,6 +21,7 @@ Usage::
     python examples/paper002_vi_practices.py            # default: 20 epochs, 2 seeds; a few minutes on 2 cores
     python examples/paper002_vi_practices.py --full     # 60 epochs, 3 seeds, 10 search samples
     python examples/paper002_vi_practices.py --only estimators lr_ratio --epochs 5
+    python examples/paper002_vi_practices.py --smoke --jobs 1 --out out/paper002_smoke   # seconds: checks the script
 
 Writes to ``out/paper002/`` (``--out``): ``summary.md`` and ``summary.csv`` (one
 row per configuration, final epoch, mean over seeds), ``epochs.csv`` (every
@@ -285,7 +286,9 @@ def run_tasks(tasks: list[tuple], jobs: int, eval_draws: int, threads: int):
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--full", action="store_true", help="60 epochs, 3 seeds, 10 search samples per optimizer")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--full", action="store_true", help="60 epochs, 3 seeds, 10 search samples per optimizer")
+    group.add_argument("--smoke", action="store_true", help="1 epoch, 1 seed, 1 search sample: checks the script")
     parser.add_argument("--epochs", type=int, help="epochs per run (default 20, --full 60)")
     parser.add_argument("--seeds", type=int, help="seeds per configuration (default 2, --full 3)")
     parser.add_argument("--search", type=int, help="random-search samples per optimizer (default 4, --full 10)")
@@ -297,9 +300,9 @@ def main(argv=None) -> None:
                         help="torch intra-op threads per process (1 is fastest for this small network)")
     parser.add_argument("--out", default="out/paper002", help="output folder")
     args = parser.parse_args(argv)
-    epochs = args.epochs or (60 if args.full else 20)
-    seeds = args.seeds or (3 if args.full else 2)
-    search = args.search or (10 if args.full else 4)
+    epochs = args.epochs or (60 if args.full else 1 if args.smoke else 20)
+    seeds = args.seeds or (3 if args.full else 1 if args.smoke else 2)
+    search = args.search or (10 if args.full else 1 if args.smoke else 4)
     for name, value in (("--epochs", epochs), ("--seeds", seeds), ("--search", search), ("--jobs", args.jobs),
                         ("--eval-draws", args.eval_draws), ("--threads", args.threads)):
         if value < 1:

@@ -33,6 +33,7 @@ Usage::
 
     python examples/paper003_relu_hmc.py                  # L in (200, 600), 3 chains x 30 draws: ~5 min on one core
     python examples/paper003_relu_hmc.py --full           # the paper's grid, 5 chains x 2000 draws: ~10 h (estimate)
+    python examples/paper003_relu_hmc.py --smoke --out out/paper003_smoke   # seconds: checks the script
     python examples/paper003_relu_hmc.py --full --only table --activations relu --out out/paper003_relu
 
 ``--full`` costs about 9 h for the table (3 h per activation), 1.5 h for the
@@ -99,6 +100,8 @@ DEFAULT = dict(num_steps=(200, 600), chains=3, warmup=20, samples=30,
 FULL = dict(DEFAULT, num_steps=(200, 400, 600, 800, 1000), chains=5, warmup=100, samples=2000,
             eff_step_sizes=(0.0005, 0.00075, 0.001, 0.00125, 0.0015, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.006),
             eff_warmup=100, eff_samples=2000, widths=(10, 50, 100, 200, 400), size_warmup=100, size_samples=2000)
+SMOKE = dict(DEFAULT, num_steps=(200,), chains=2, warmup=2, samples=3, eff_step_sizes=(0.002, 0.005), eff_warmup=2,
+             eff_samples=3, size_steps=50, widths=(10, 20), depths=(1, 2), size_warmup=2, size_samples=3)
 
 
 # ------------------------------------------------------------------ parts
@@ -175,7 +178,9 @@ def size_part(cfg, data, activations, seed) -> pd.DataFrame:
 # ------------------------------------------------------------------- main
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="the paper's grid and draws (hours)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--full", action="store_true", help="the paper's grid and draws (hours)")
+    group.add_argument("--smoke", action="store_true", help="a tiny run (seconds): checks the script, not the paper")
     parser.add_argument("--out", default="out/paper003", help="output folder")
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--activations", nargs="+", choices=ACTIVATIONS, default=list(ACTIVATIONS))
@@ -183,12 +188,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    cfg = FULL if args.full else DEFAULT
+    cfg = FULL if args.full else SMOKE if args.smoke else DEFAULT
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     data = load("cosine", seed=args.seed)
-    size = "--full" if args.full else "default size"
+    size = "--full" if args.full else "--smoke" if args.smoke else "default size"
     print(f"{data.describe()}; cosine_mlp (50 units, N(0,1) prior, noise 0.1); {size}: "
           f"{cfg['chains']} chains x ({cfg['warmup']} burn-in + {cfg['samples']} draws) per cell", flush=True)
     for activation in args.activations:

@@ -28,6 +28,7 @@ minutes on one core in all); ``--full`` uses the paper's 3000 epochs.
 
     python examples/paper004_group_sparse.py            # -> out/paper004/
     python examples/paper004_group_sparse.py --full --out out/paper004_full
+    python examples/paper004_group_sparse.py --smoke --out out/paper004_smoke   # seconds: checks the script
 
 Writes ``regression.md/.csv``, ``classification.md/.csv`` and ``timing.json``.
 """
@@ -134,17 +135,21 @@ def table(results: list[dict], task: str, out: Path) -> str:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--full", action="store_true", help="the paper's 3000 epochs")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--full", action="store_true", help="the paper's 3000 epochs")
+    group.add_argument("--smoke", action="store_true", help="a tiny run (seconds): 12 epochs of 2048 points")
     parser.add_argument("--out", default="out/paper004")
     parser.add_argument("--part", choices=("all", "regression", "classification"), default="all")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 600; --full 3000)")
-    parser.add_argument("--n-train", type=int, default=10240, help="training points (the paper's 10240)")
+    parser.add_argument("--n-train", type=int, default=None, help="training points (default the paper's 10240)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1, help="processes for the independent runs")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
     args = parser.parse_args(argv)
     if args.epochs is None:
-        args.epochs = 3000 if args.full else 600
+        args.epochs = 3000 if args.full else 12 if args.smoke else 600
+    if args.n_train is None:
+        args.n_train = 2048 if args.smoke else 10240
     return args
 
 

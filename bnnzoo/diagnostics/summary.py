@@ -153,7 +153,7 @@ def chain_table(idata_or_run, sparsity_threshold: float = SPARSITY_THRESHOLD) ->
 
 def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSITY_THRESHOLD,
             include_lp: bool = True, **summary_kwargs) -> pd.DataFrame:
-    """``az.summary`` plus ESS per second, sparsity, and per-chain sampler statistics.
+    """``az.summary`` plus ESS per second, sparsity, acceptance and divergences.
 
     Parameters
     ----------
@@ -171,9 +171,11 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
     -------
     pandas.DataFrame
         One row per scalar, ``az.summary``'s columns plus ``ess_bulk_per_s``,
-        ``ess_tail_per_s`` (ESS over the run's wall time) and ``sparsity`` (fraction
-        of draws with ``|value| < threshold``). ``df.attrs`` holds the run-level
-        numbers: ``sampling_time``, ``sparsity`` (over all weights), per chain
+        ``ess_tail_per_s`` (ESS over the run's wall time), ``sparsity`` (fraction
+        of draws with ``|value| < threshold``) and the run-level ``acceptance`` (mean
+        acceptance probability over every chain and draw) and ``divergences`` (their
+        total), the same in every row and NaN where the engine records none.
+        ``df.attrs`` holds ``sampling_time``, ``sparsity`` (over all weights), per chain
         ``acceptance_rate``, ``divergences`` (lists, see :func:`chain_table`), and the
         run's verdicts of :func:`run_checks` (SG-MCMC ``failed``, ``failed_at``; SVI
         ``converged``, ``relative_change``, ``spread_elbo``, ``spread_loc``, ...).
@@ -191,6 +193,9 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
         if f"ess_{kind}" in table:
             table[f"ess_{kind}_per_s"] = table[f"ess_{kind}"] / seconds
     chains = chain_table(idata, sparsity_threshold)
+    acceptance, diverging = _stat(stats, "acceptance_rate"), _stat(stats, "diverging")
+    table["acceptance"] = math.nan if acceptance is None else float(np.mean(acceptance))
+    table["divergences"] = math.nan if diverging is None else int(np.sum(diverging))
     table.attrs.update({
         "sampling_time": seconds,
         "sparsity": sparsity(idata, sparsity_threshold),

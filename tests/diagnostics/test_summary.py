@@ -23,6 +23,9 @@ def test_summary_extends_az_summary(rwmh_run):
     acc = rwmh_run.sample_stats["acceptance_rate"].mean(1)
     np.testing.assert_allclose(table.attrs["acceptance_rate"], acc, rtol=1e-6)
     assert table.attrs["divergences"] == [0, 0, 0]
+    # the run-level numbers are columns too, the same in every row
+    np.testing.assert_allclose(table["acceptance"], rwmh_run.sample_stats["acceptance_rate"].mean(), rtol=1e-6)
+    assert (table["divergences"] == 0).all()
     assert table.attrs["sampling_time"] == pytest.approx(rwmh_run.wall_time)
     # a Run is accepted directly, and var_names restrict the rows
     only = summary(rwmh_run, var_names=["layers.1.bias"], include_lp=False)
@@ -47,6 +50,9 @@ def test_chain_table_nuts(nuts_run):
     np.testing.assert_allclose(table["n_steps"], nuts_run.sample_stats["n_steps"].mean(1))
     np.testing.assert_allclose(table["divergences"], nuts_run.sample_stats["diverging"].sum(1))
     np.testing.assert_allclose(table["lp_mean"], nuts_run.sample_stats["lp"].mean(1))
+    totals = summary(nuts_run, var_names=["layers.1.bias"])
+    assert (totals["divergences"] == nuts_run.sample_stats["diverging"].sum()).all()
+    np.testing.assert_allclose(totals["acceptance"], nuts_run.sample_stats["acceptance_rate"].mean(), rtol=1e-6)
 
 
 def test_mixing_uses_arviz(rwmh_run):
@@ -81,3 +87,4 @@ def test_mixing_one_chain_and_constant_draws(rwmh_run):
     assert math.isnan(mix["rhat_f_max"]) and math.isnan(mix["rhat_lp"]) and math.isnan(mix["rhat_w_max"])
     table = summary(stuck, include_lp=True)
     assert len(table) == 17
+    assert table["acceptance"].isna().all() and table["divergences"].isna().all()  # not recorded: NaN

@@ -1,0 +1,75 @@
+"""Every script in examples/ at its ``--smoke`` size: it runs, and its tables hold sane numbers."""
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_example(script: str, out: Path, *args: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--smoke", "--out", str(out), *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def finite(column: pd.Series) -> bool:
+    return bool(column.map(lambda v: math.isfinite(float(v))).all())
+
+
+def test_paper000(tmp_path):
+    run_example("paper000_proximal_hmc.py", tmp_path)
+    table = pd.read_csv(tmp_path / "table.csv").set_index("method")
+    assert list(table.index) == ["proximal_hmc", "rwmh", "nuts", "adam", "sgd", "prox-sgd"]
+    assert finite(table.test_accuracy) and finite(table.test_nll) and finite(table.wall_time_s)
+    mcmc = table[table.kind == "mcmc"]
+    assert mcmc.acceptance.between(0, 1).all() and (mcmc.divergences >= 0).all()
+    assert (table.drop("rwmh").test_accuracy > 0.2).all()  # 10 classes: chance is 0.1; RWMH needs far more draws
+    assert table.loc["prox-sgd", "exact_zero_frac"] > 0  # soft-thresholding gives exact zeros
+    assert {"curves.csv", "curves.png", "table.md"} <= {p.name for p in tmp_path.iterdir()}
+
+
+def test_paper001(tmp_path):
+    run_example("paper001_sgld_sa.py", tmp_path, "--workers", "1")
+    regression = pd.read_csv(tmp_path / "regression.csv")
+    assert len(regression) == 12 and finite(regression.mae) and finite(regression.mse)
+    classification = pd.read_csv(tmp_path / "classification.csv")
+    assert len(classification) == 6 and classification.accuracy.between(0, 1).all()
+    assert (classification[classification.method == "Adam (Vanilla)"].accuracy > 0.2).all()
+    assert {"coefficients.png", "adversarial.png", "timing.json"} <= {p.name for p in tmp_path.iterdir()}
+
+
+def test_paper002(tmp_path):
+    run_example("paper002_vi_practices.py", tmp_path, "--jobs", "1")
+    summary = pd.read_csv(tmp_path / "summary.csv").set_index(["study", "config"])
+    assert set(summary.index.get_level_values("study")) == {"estimators", "kl_weighting", "optimizers", "lr_ratio",
+                                                            "plateau"}
+    assert finite(summary.kl) and finite(summary.train_nll)
+    assert summary.loc[("estimators", "reparam, closed-form KL"), "val_acc"] > 0.2
+
+
+def test_paper003(tmp_path):
+    run_example("paper003_relu_hmc.py", tmp_path)
+    table = pd.read_csv(tmp_path / "table.csv")
+    assert len(table) == 3 * 5 and table.acceptance.between(0, 1).all()
+    # sigmoid at the smallest step accepts nearly everything, even in a few transitions (paper: 0.994)
+    smallest = table[(table.activation == "sigmoid") & (table.step_size == table.step_size.min())]
+    assert (smallest.acceptance > 0.8).all()
+    assert pd.read_csv(tmp_path / "efficiency.csv").acceptance.between(0, 1).all()
+    assert len(pd.read_csv(tmp_path / "size.csv")) == 3 * 4
+
+
+def test_paper004(tmp_path):
+    run_example("paper004_group_sparse.py", tmp_path)
+    for task in ("regression", "classification"):
+        table = pd.read_csv(tmp_path / f"{task}.csv")
+        assert list(table.method) == ["sghmc_group_ss", "SGHMC-SA", "SGHMC"]
+        assert finite(table.error) and table.sparsity.between(0, 1).all()
+        assert (table.relevant_kept <= table.relevant).all()
+    classification = pd.read_csv(tmp_path / "classification.csv")
+    assert classification.error.between(0, 1).all()  # accuracy
