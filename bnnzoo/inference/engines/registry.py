@@ -22,7 +22,7 @@ from ..kernels.rwmh import RandomWalkMH
 from ..kernels.sghmc import SGHMC
 from ..kernels.sgld import SGLD
 from ..kernels.spike_slab_sa import SGHMCSA, SGLDSA
-from ..options import choice, flag, suggest
+from ..options import choice, flag, parameter_docs, suggest
 from ..vi import VIOptions
 from .driver import run_flat_kernel, run_pyro_hmc, run_vi
 
@@ -78,7 +78,8 @@ class Engine:
 
     def option_docs(self) -> dict[str, str]:
         """One line of meaning per option."""
-        docs = {f.name: f.metadata.get("doc", "") for f in fields(self.options_cls)}
+        described = parameter_docs(self.options_cls)
+        docs = {f.name: f.metadata.get("doc") or described.get(f.name, "") for f in fields(self.options_cls)}
         docs = {k: docs.get(k, "") for k in self.defaults()}
         return {**docs, **{k: DRIVER_OPTIONS[k][1] for k in self.driver}}
 

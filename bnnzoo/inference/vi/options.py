@@ -41,17 +41,26 @@ class VIOptions:
         start over ``num_steps``. ``plateau``: ``ReduceLROnPlateau`` (``plateau_factor``,
         ``plateau_patience`` epochs) per group, stepped each epoch on the epoch's NLL
         (means) and KL (scales) (``plateau_metric="split"``) or on the -ELBO (``"elbo"``).
+    lr_decay : float
+        The factor the rates decay to at the end of an ``adaptive`` or ``exponential`` schedule.
+    plateau_factor, plateau_patience, plateau_metric
+        ``schedule="plateau"``: the rate factor per plateau, the epochs without improvement
+        before a cut, and what is watched (``"split"``: NLL for the means and KL for the scales,
+        or ``"elbo"``: the -ELBO for both).
     batch_size : int, optional
         Minibatch size; None: full batch.
     kl_weighting : {"uniform", "blundell", "none"} or float
         See :func:`kl_weights`.
     estimator : {"reparam", "stl", "score"}
+        The gradient estimator: reparameterisation, sticking-the-landing, or score function.
     kl : {"auto", "analytic", "mc"}, optional
         None: ``"mc"`` for ``stl``, ``"auto"`` otherwise.
     num_particles : int
         Draws of theta per step.
     init_scale, init_rho : float
         Initial guide sd; ``init_rho`` (if given) sets ``sigma = softplus(init_rho)`` instead.
+    init_radius : float
+        Half-width of the uniform initial means (``init_loc="uniform"``).
     init_loc : {"uniform", "kaiming"}
         Initial means: uniform in ``(-init_radius, init_radius)``, or Kaiming-uniform
         ``U(+-sqrt(6 / fan_in))`` for layer weights, 0 for biases (BNN only).
