@@ -30,14 +30,47 @@ from ..results import Run
 
 COMMON = ("num_samples", "warmup_steps", "num_chains", "seed")
 
+_HEAD = ["engine", "kind", "chains", "draws", "wall_time_s"]
+_TAIL = ["acceptance", "target_accept", "divergences", "failed", "elbo", "ess_lp", "rhat_lp", "ess_f_min",
+         "rhat_f_max", "ess_per_s", "converged", "rank", "note", "rhat_w_max", "ess_w_min"]
 COLUMNS = {
-    "regression": ["engine", "kind", "chains", "draws", "wall_time_s", "rmse", "nll", "acceptance", "divergences",
-                   "failed", "converged", "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s", "rhat_w_max",
-                   "ess_w_min"],
-    "classification": ["engine", "kind", "chains", "draws", "wall_time_s", "accuracy", "ece", "nll", "acceptance",
-                       "divergences", "failed", "converged", "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max",
-                       "ess_per_s", "rhat_w_max", "ess_w_min"],
+    "regression": _HEAD + ["rmse", "nll"] + _TAIL,
+    "classification": _HEAD + ["accuracy", "ece", "nll"] + _TAIL,
 }
+
+#: the rule for a converged MCMC row: split R-hat of lp and of f at most RHAT_LISTED, bulk ESS of
+#: both at least ESS_MIN, divergences at most DIVERGENCE_FRACTION of the draws, no failed chain.
+#: Rows are ranked by ESS/s among converged rows only; the best is the first with R-hat <= RHAT_BEST.
+RHAT_LISTED, RHAT_BEST, ESS_MIN, DIVERGENCE_FRACTION = 1.05, 1.01, 100, 0.01
+
+
+def verdict(row: Mapping[str, Any]) -> list[str]:
+    """Why an MCMC row is not converged by the rule above (empty: converged)."""
+    reasons = []
+    for name in ("rhat_lp", "rhat_f_max"):
+        value = row.get(name, math.nan)
+        if not value <= RHAT_LISTED:  # NaN fails too
+            reasons.append(f"{name} {value:.3g} > {RHAT_LISTED}" if math.isfinite(value) else f"{name} not finite")
+    for name in ("ess_lp", "ess_f_min"):
+        value = row.get(name, math.nan)
+        if not value >= ESS_MIN:
+            reasons.append(f"{name} {value:.0f} < {ESS_MIN}" if math.isfinite(value) else f"{name} not finite")
+    divergences, draws = row.get("divergences", math.nan), row["chains"] * row["draws"]
+    if isinstance(divergences, (int, float)) and divergences > DIVERGENCE_FRACTION * draws:
+        reasons.append(f"{divergences:.0f} divergences > {DIVERGENCE_FRACTION:.0%} of draws")
+    if isinstance(row.get("failed"), (int, float)) and row["failed"] > 0:
+        reasons.append(f"{row['failed']:.0f} failed chain(s)")
+    return reasons
+
+
+def _rank(rows: list[dict]) -> None:
+    """``rank`` by ESS/s among converged MCMC rows; ``note`` says "best" for the winner."""
+    ranked = sorted((r for r in rows if r["converged"] and r["_mcmc"]), key=lambda r: -r["ess_per_s"])
+    for i, r in enumerate(ranked, 1):
+        r["rank"] = i
+    best = next((r for r in ranked if r["rhat_lp"] <= RHAT_BEST and r["rhat_f_max"] <= RHAT_BEST), None)
+    if best is not None:
+        best["note"] = "best"
 
 
 def _engine_items(engines: Iterable) -> list[tuple[str, str, dict[str, Any]]]:
@@ -70,22 +103,33 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
     stats = result.sample_stats or {}
     row: dict[str, Any] = {
         "engine": label, "kind": kind, "chains": result.num_chains, "draws": result.num_draws,
-        "wall_time_s": float(result.wall_time),
+        "wall_time_s": float(result.wall_time), "_mcmc": result.kind == "mcmc",
     }
     row.update(predictive_metrics(result))
     acceptance = stats.get("acceptance_rate")
     row["acceptance"] = float(np.mean(acceptance)) if acceptance is not None else math.nan
+    target = (result.options or {}).get("target_accept")
+    row["target_accept"] = float(target) if isinstance(target, (int, float)) else math.nan
     diverging = stats.get("diverging")
     row["divergences"] = int(np.sum(diverging)) if diverging is not None else math.nan
-    # the run's own verdicts: chains that blew up (SG-MCMC), fits that settled (SVI); NaN where not checked
-    failed = (result.notes or {}).get("failed")
+    failed = (result.notes or {}).get("failed")  # SG-MCMC chains that blew up
     row["failed"] = int(np.sum(failed)) if failed is not None else math.nan
-    converged = getattr(result.vi, "converged", None)
-    row["converged"] = int(np.sum(converged)) if converged is not None else math.nan
+    row["elbo"], row["rank"], row["note"] = math.nan, math.nan, ""
+    if result.kind == "vi":  # draws from a guide: judged by the fits' convergence, not by R-hat/ESS
+        vi = result.vi
+        row["elbo"] = float(np.nanmean(vi.final_elbo)) if vi is not None and vi.final_elbo is not None else math.nan
+        fits = vi.converged if vi is not None and vi.converged is not None else np.zeros(0, bool)
+        row["converged"] = bool(len(fits) and fits.all())
+        row["note"] = f"VI: {int(fits.sum())} of {len(fits)} fits converged"
+        row.update({k: math.nan for k in ("ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s",
+                                          "rhat_w_max", "ess_w_min")})
+        return row
     row.update(mixing(result))
     ess = [row["ess_lp"], row["ess_f_min"]]
     ess = [e for e in ess if not math.isnan(e)]
     row["ess_per_s"] = min(ess) / row["wall_time_s"] if ess and row["wall_time_s"] > 0 else math.nan
+    reasons = verdict(row)
+    row["converged"], row["note"] = not reasons, "; ".join(reasons)
     return row
 
 
@@ -95,6 +139,8 @@ def safe_label(label: str) -> str:
 
 
 def _table(rows: list[dict], task: str) -> pd.DataFrame:
+    rows = [dict(r) for r in rows]
+    _rank(rows)
     table = pd.DataFrame(rows).set_index("engine", drop=False)
     table.index.name = "label"
     return table[COLUMNS[task]]
@@ -145,10 +191,16 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
     table : pandas.DataFrame
         Indexed by label. Columns: ``engine, kind, chains, draws, wall_time_s``, the test
         metrics (regression: ``rmse``; classification: ``accuracy``, ``ece``) and ``nll``,
-        ``acceptance`` (mean; NaN if the engine has none), ``divergences`` (total; NaN if
-        not recorded), ``ess_lp``, ``rhat_lp``, ``ess_f_min``, ``rhat_f_max`` (function
-        space, the headline mixing), ``ess_per_s`` (min of ``ess_lp`` and ``ess_f_min``
-        per second of wall time), ``rhat_w_max``, ``ess_w_min`` (weight space).
+        ``acceptance`` (mean; NaN if the engine has none) beside ``target_accept`` (the
+        engine's target, NaN if it has none), ``divergences`` (total), ``failed`` (SG-MCMC
+        chains that blew up), ``elbo`` (VI: mean final ELBO of the fits), ``ess_lp``, ``rhat_lp``,
+        ``ess_f_min``, ``rhat_f_max`` (function space, the headline mixing), ``ess_per_s``
+        (min of ``ess_lp`` and ``ess_f_min`` per second of wall time), ``converged`` (the
+        rule of :func:`verdict`; VI: every fit converged), ``rank`` (by ``ess_per_s`` among
+        converged MCMC rows only), ``note`` (why a row is not converged; ``best`` for the
+        first converged row with R-hat <= 1.01; VI rows say so), ``rhat_w_max``,
+        ``ess_w_min`` (weight space). VI rows have no R-hat/ESS: their draws come from
+        the guide, not from chains.
     runs : dict
         Label -> :class:`~bnnzoo.results.Run`.
     """
@@ -183,14 +235,17 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
 
 
 # ------------------------------------------------------------------ table
-_DECIMALS = {"wall_time_s": 2, "rmse": 4, "nll": 4, "accuracy": 4, "ece": 4, "acceptance": 3,
+_DECIMALS = {"wall_time_s": 2, "rmse": 4, "nll": 4, "accuracy": 4, "ece": 4, "acceptance": 3, "target_accept": 3,
+             "elbo": 1,
              "rhat_lp": 3, "rhat_f_max": 3, "rhat_w_max": 3, "ess_per_s": 2}
-_INTEGERS = ("chains", "draws", "divergences", "ess_lp", "ess_f_min", "ess_w_min")
+_INTEGERS = ("chains", "draws", "divergences", "failed", "rank", "ess_lp", "ess_f_min", "ess_w_min")
 
 
 def _cell(column: str, value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
     if isinstance(value, (str, bytes)):
         return str(value)
     value = float(value)
@@ -205,9 +260,16 @@ def _cell(column: str, value) -> str:
 
 def format_table(df: pd.DataFrame) -> str:
     """A comparison table as GitHub markdown: ESS and counts as integers, R-hat to 3
-    decimals, metrics to 4, NaN as ``–``."""
+    decimals, metrics to 4, NaN as ``–``; the ESS/s of a row that is not converged in
+    parentheses (it is not ranked)."""
     columns = [str(c) for c in df.columns]
-    rows = [[_cell(c, v) for c, v in zip(columns, record)] for record in df.itertuples(index=False)]
+    rows = []
+    for record in df.to_dict("records"):
+        cells = [_cell(c, record[c]) for c in columns]
+        if "ess_per_s" in columns and record.get("converged") is False and cells[columns.index("ess_per_s")] != "–":
+            i = columns.index("ess_per_s")
+            cells[i] = f"({cells[i]})"
+        rows.append(cells)
     numeric = [not all(isinstance(v, str) for v in df[c]) for c in df.columns]
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
 

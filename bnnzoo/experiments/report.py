@@ -29,20 +29,24 @@ READING_GUIDE = """\
   (hidden units can be permuted and sign-flipped), so weight-space R-hat is
   inflated even when predictions have converged.
 - **ess_lp, rhat_lp**: the same for the log joint density `lp`.
-- **ess_per_s**: min(ess_lp, ess_f_min) per second of wall time.
+- **ess_per_s**: min(ess_lp, ess_f_min) per second of wall time; in parentheses
+  when the row has not converged, because such a number ranks nothing.
+- **converged, rank, note**: an MCMC row is converged when R-hat of lp and of f is
+  at most 1.05, ESS of both is at least 100, divergences are at most 1% of the draws
+  and no chain failed; `note` gives the reasons when it is not. Only converged rows
+  are ranked by ESS/s; `best` marks the first of them with R-hat at most 1.01. A VI
+  row is converged when every fit converged (the smoothed ELBO settled: the mean ELBO
+  of the last window of steps within 3 standard errors of that of the window before,
+  and the mean of fresh gradient estimates at the fitted guide zero within noise); its
+  draws come from the guide, so it has no R-hat or ESS and no rank, and `elbo` is its
+  final ELBO. A fit that has not converged stopped too early: raise num_steps.
 - **rhat_w_max, ess_w_min**: weight-space diagnostics, for reference only.
-- **acceptance, divergences**: mean acceptance probability and the number of
-  divergent transitions (NaN energies count as divergences) after warm-up.
-  SVI has neither: its "chains" are independent fits, so its R-hat measures how
-  much the fits disagree.
+- **acceptance, target_accept, divergences**: mean acceptance probability beside
+  the engine's target, and the number of divergent transitions (NaN energies count
+  as divergences) after warm-up.
 - **failed**: SG-MCMC chains whose iterates blew up (left the finite numbers,
   grew past 1e6 times their initial radius, or froze where the potential is not
   finite); their draws are not posterior draws. Empty for engines that do not check.
-- **converged**: SVI fits that converged: the smoothed ELBO settled (the mean ELBO
-  of the last window of steps is within 3 standard errors of that of the window
-  before) and the mean of fresh gradient estimates at the fitted guide is zero within
-  noise. A fit that has not converged stopped too early: raise num_steps.
-- R-hat near 1 (below 1.01-1.05) and ESS in the hundreds are what to look for.
 """
 
 

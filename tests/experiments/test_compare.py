@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bnnzoo.experiments import compare, format_table
+from bnnzoo.experiments.compare import _rank, verdict
 from bnnzoo.models import zoo
 
 
@@ -15,19 +16,23 @@ def test_compare_two_cheap_engines(cosine):
                           num_chains=2)
     assert list(table.index) == ["rwmh", "svi", "rwmh#2"]
     assert list(runs) == ["rwmh", "svi", "rwmh#2"]
-    expected = ["engine", "kind", "chains", "draws", "wall_time_s", "rmse", "nll", "acceptance", "divergences",
-                "failed", "converged", "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s", "rhat_w_max",
-                "ess_w_min"]
+    expected = ["engine", "kind", "chains", "draws", "wall_time_s", "rmse", "nll", "acceptance", "target_accept",
+                "divergences", "failed", "elbo", "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s",
+                "converged", "rank", "note", "rhat_w_max", "ess_w_min"]
     assert list(table.columns) == expected
     assert table.loc["svi", "draws"] == 30 and table.loc["rwmh", "draws"] == 40
-    # the run's own verdicts: SG-MCMC chains that failed, SVI fits that converged; NaN where not checked
-    assert table[["failed", "converged"]].drop(index="svi").isna().all().all()
-    assert math.isnan(table.loc["svi", "failed"]) and table.loc["svi", "converged"] == runs["svi"].vi.converged.sum()
-    numeric = table.drop(columns=["engine", "kind", "failed", "converged"])
-    assert np.isfinite(numeric.drop(index="svi").to_numpy(float)).all()
-    svi = numeric.loc["svi"]
-    assert math.isnan(svi["acceptance"]) and math.isnan(svi["divergences"])
-    assert np.isfinite(svi.drop(["acceptance", "divergences"]).to_numpy(float)).all()
+    # SVI is reported as VI: its fits' convergence and ELBO, no R-hat/ESS of its guide draws, no rank
+    svi = table.loc["svi"]
+    assert svi["converged"] == bool(runs["svi"].vi.converged.all()) and svi["note"].startswith("VI: ")
+    assert svi["elbo"] == pytest.approx(np.nanmean(runs["svi"].vi.final_elbo))
+    assert all(math.isnan(svi[k]) for k in ("ess_lp", "rhat_lp", "ess_per_s", "rank", "acceptance", "failed"))
+    # 40 draws x 2 chains of RWMH cannot reach ESS 100: flagged with the reason, not ranked
+    for label in ("rwmh", "rwmh#2"):
+        assert not table.loc[label, "converged"] and math.isnan(table.loc[label, "rank"])
+        assert "ess_lp" in table.loc[label, "note"] and "< 100" in table.loc[label, "note"]
+    numeric = table.drop(index="svi").drop(columns=["engine", "kind", "failed", "elbo", "target_accept",
+                                                    "converged", "rank", "note"])
+    assert np.isfinite(numeric.to_numpy(float)).all()
     assert runs["rwmh"].data is runs["svi"].data and runs["rwmh"].model is runs["rwmh#2"].model
     row = table.loc["rwmh"]
     assert row["ess_per_s"] == pytest.approx(min(row["ess_lp"], row["ess_f_min"]) / row["wall_time_s"])
@@ -37,6 +42,7 @@ def test_compare_two_cheap_engines(cosine):
     assert len(lines) == 2 + 3
     assert lines[0].startswith("| engine") and "rhat_f_max" in lines[0]
     assert "| svi " in text and "–" in lines[3]
+    assert f"({table.loc['rwmh', 'ess_per_s']:.2f})" in lines[2]  # unranked: in parentheses
 
 
 def test_compare_classification_columns_and_labels(bernoulli_run):
@@ -63,9 +69,42 @@ def test_failed_chains_and_unconverged_fits_in_the_table_and_report(cosine, tmp_
     assert any(m.startswith("SGLD: 2 of 2 chain(s) failed") for m in messages)
     assert any(m.startswith("svi: 2 of 2 fits did not converge") for m in messages)
     assert table.loc["blown", "failed"] == 2 and table.loc["sound", "failed"] == 0
-    assert table.loc["svi", "converged"] == 0 and math.isnan(table.loc["blown", "converged"])
+    assert not table.loc["svi", "converged"] and not table.loc["blown", "converged"]
+    assert "2 failed chain(s)" in table.loc["blown", "note"]
     assert _verdicts(runs["sound"]) == ["Failed chains: none of 2."]
     assert _verdicts(runs["svi"])[0].startswith("**Not converged**: 0 of 2 fits converged")
     text = write_report(table.loc[["blown"]], {"blown": runs["blown"]}, tmp_path, "Verdicts").read_text()
     assert "**Chain 0 failed** at warm-up iteration" in text and "**Chain 1 failed**" in text
-    assert "- **failed**:" in text and "- **converged**:" in text
+    assert "- **failed**:" in text and "- **converged, rank, note**:" in text
+
+
+def _mcmc_row(label, ess_per_s, rhat=1.0, ess=500.0, divergences=0, failed=float("nan")):
+    row = {"engine": label, "kind": "x", "chains": 4, "draws": 250, "_mcmc": True, "ess_per_s": ess_per_s,
+           "rhat_lp": rhat, "rhat_f_max": rhat, "ess_lp": ess, "ess_f_min": ess, "divergences": divergences,
+           "failed": failed, "rank": float("nan"), "note": ""}
+    reasons = verdict(row)
+    row.update(converged=not reasons, note="; ".join(reasons))
+    return row
+
+
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"rhat": 1.2}, "rhat_lp 1.2 > 1.05"),
+    ({"ess": 35.0}, "ess_lp 35 < 100"),
+    ({"divergences": 11}, "11 divergences > 1% of draws"),
+    ({"failed": 1}, "1 failed chain(s)"),
+    ({"rhat": float("nan")}, "rhat_lp not finite"),
+])
+def test_the_convergence_rule_names_each_reason(kwargs, reason):
+    row = _mcmc_row("a", 1.0, **kwargs)
+    assert not row["converged"] and reason in row["note"]
+
+
+def test_only_converged_rows_are_ranked_and_the_best_has_rhat_below_1_01():
+    rows = [_mcmc_row("fast_unconverged", 9.0, rhat=1.3), _mcmc_row("listed", 5.0, rhat=1.03),
+            _mcmc_row("best", 2.0, rhat=1.005), _mcmc_row("slow", 1.0)]
+    _rank(rows)
+    ranks = {r["engine"]: r["rank"] for r in rows}
+    assert math.isnan(ranks["fast_unconverged"]) and [ranks[k] for k in ("listed", "best", "slow")] == [1, 2, 3]
+    assert [r["engine"] for r in rows if r["note"] == "best"] == ["best"]
