@@ -13,7 +13,7 @@ The rule (``threads="auto"``):
 * work per gradient ``W = chains x rows x (multiply-adds per row of the network)``;
   below :data:`SMALL_WORK` one thread (dispatch-bound: more threads cannot pay);
 * otherwise the cores this process may use, less those busy with other work
-  (the 1-minute load average, rounded), at least one.
+  (the 1-minute load average less this process's own share, rounded), at least one.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ def _cores() -> int:
 
 
 def _busy_cores() -> int:
+    """Cores busy with other work: the 1-minute load average less this process's own one."""
     try:
-        return int(round(os.getloadavg()[0]))
+        return max(0, int(round(os.getloadavg()[0] - 1)))
     except (AttributeError, OSError):
         return 0
 
