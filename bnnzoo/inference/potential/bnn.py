@@ -152,6 +152,16 @@ class BNNPotential(FlatPotential, AnalyticMixin):
             values, log_det = self.constrained_values(theta)
             return -(self.log_prior(theta, values) + self.log_likelihood(values, rows) + log_det)
 
+    def potential_fn(self, params: Mapping[str, Tensor]) -> Tensor:
+        """Pyro's ``potential_fn``: ``U`` of a dict of unconstrained values. Where the
+        analytic gradient exists, Pyro's autograd call (``potential_grad``) gets it from
+        :meth:`value_and_grad` through :class:`_AnalyticU` instead of differentiating the
+        forward pass."""
+        theta = self.flatten(params)
+        if self.analytic and theta.requires_grad:
+            return _AnalyticU.apply(theta, self)
+        return self(theta)
+
     def gaussian_prior_scale(self) -> Tensor:
         """Per coordinate of ``theta`` ``[D]``: the prior sd where the prior is an iid
         ``N(0, sd^2)`` on an untransformed site (a closed-form KL for a Gaussian
@@ -215,3 +225,19 @@ class BNNPotential(FlatPotential, AnalyticMixin):
             value = self(theta, rows)
             (grad,) = torch.autograd.grad(value.sum(), theta)
         return value.detach(), grad
+
+
+class _AnalyticU(torch.autograd.Function):
+    """``U(theta)`` whose backward is the analytic gradient, computed with the value."""
+
+    @staticmethod
+    def forward(ctx, theta: Tensor, potential: BNNPotential) -> Tensor:
+        value, grad = potential.value_and_grad(theta.detach())
+        ctx.save_for_backward(grad)
+        return value
+
+    @staticmethod
+    def backward(ctx, grad_output: Tensor):
+        (grad,) = ctx.saved_tensors
+        shape = grad_output.shape + (1,) * (grad.dim() - grad_output.dim())
+        return grad_output.reshape(shape) * grad, None

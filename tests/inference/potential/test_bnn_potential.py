@@ -186,3 +186,23 @@ def test_minibatch_scales_by_n_over_b(float64):
     assert float(fast(theta, rows)) == pytest.approx(float(expected), rel=1e-12)
     everything = torch.arange(12)
     assert float(fast(theta, everything)) == pytest.approx(float(fast(theta)), rel=1e-12)
+
+
+def test_pyro_potential_fn_gives_the_analytic_gradient_through_autograd():
+    """Pyro's NUTS/HMC differentiate ``potential_fn`` with autograd; on the analytic path the
+    backward is the hand-written gradient, equal to autograd's through the forward pass."""
+    from pyro.infer.mcmc.util import potential_grad
+
+    from bnnzoo.data import load
+    from bnnzoo.inference.potential import BNNPotential, initial_theta
+    from bnnzoo.models import BNN, zoo
+
+    data = load("cosine", seed=0, n_train=30)
+    potential = BNNPotential(BNN(zoo.cosine_mlp(hidden=5)), data.x_train, data.y_train)
+    assert potential.analytic
+    params = potential.unflatten(initial_theta(potential, 1, 1.0)[0])
+    grads, value = potential_grad(potential.potential_fn, params)
+    want_grads, want_value = potential_grad(lambda p: potential(potential.flatten(p)), params)
+    assert torch.allclose(value, want_value, rtol=1e-6)
+    for site in want_grads:
+        torch.testing.assert_close(grads[site], want_grads[site], rtol=1e-5, atol=1e-4)
