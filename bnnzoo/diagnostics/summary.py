@@ -29,6 +29,7 @@ import pandas as pd
 
 from .arviz import posterior_dataset, to_inference_data
 from .predictive import function_draws
+from .nested_rhat import nested_rhat
 
 SPARSITY_THRESHOLD = 1e-2
 _WEIGHT = re.compile(r"^layers\.\d+\.weight$")
@@ -248,17 +249,22 @@ def mixing(run, x=None, chunk_size: int = 256) -> dict[str, float]:
         ``ess_f_min``, ``rhat_f_max``: min bulk ESS and max R-hat over the test points
         of :func:`~bnnzoo.diagnostics.predictive.function_draws` (the headline);
         ``ess_lp``, ``rhat_lp``: of the ``lp`` statistic (NaN if the engine has none);
-        ``ess_w_min``, ``rhat_w_max``: over every scalar of the posterior.
+        ``ess_w_min``, ``rhat_w_max``: over every scalar of the posterior;
+        ``nrhat_lp``, ``nrhat_f_max``: nested R-hat (:mod:`~bnnzoo.diagnostics.nested_rhat`,
+        4 superchains; NaN below 8 chains), for many short chains.
         R-hat is NaN for a 1-chain run; constant draws give NaN (not an error).
     """
     out: dict[str, float] = {}
-    ess_f, rhat_f = ess_rhat(function_draws(run, x, chunk_size=chunk_size))
+    f = function_draws(run, x, chunk_size=chunk_size)
+    ess_f, rhat_f = ess_rhat(f)
     out["ess_f_min"], out["rhat_f_max"] = _nanmin(ess_f), _nanmax(rhat_f)
+    out["nrhat_f_max"] = _nanmax(nested_rhat(f))
     lp = (run.sample_stats or {}).get("lp")
     if lp is None:
-        out["ess_lp"] = out["rhat_lp"] = math.nan
+        out["ess_lp"] = out["rhat_lp"] = out["nrhat_lp"] = math.nan
     else:
         ess_lp, rhat_lp = ess_rhat(np.asarray(lp))
         out["ess_lp"], out["rhat_lp"] = float(ess_lp), float(rhat_lp)
+        out["nrhat_lp"] = float(nested_rhat(np.asarray(lp)))
     out["ess_w_min"], out["rhat_w_max"] = _dataset_extremes(posterior_dataset(run.samples))
     return out

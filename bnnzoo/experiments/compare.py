@@ -32,7 +32,8 @@ COMMON = ("num_samples", "warmup_steps", "num_chains", "seed")
 
 _HEAD = ["engine", "kind", "chains", "draws", "wall_time_s"]
 _TAIL = ["acceptance", "target_accept", "divergences", "failed", "elbo", "ess_lp", "rhat_lp", "ess_f_min",
-         "rhat_f_max", "ess_per_s", "converged", "rank", "note", "rhat_w_max", "ess_w_min"]
+         "rhat_f_max", "ess_per_s", "converged", "rank", "note", "nrhat_lp", "nrhat_f_max", "rhat_w_max",
+         "ess_w_min"]
 COLUMNS = {
     "regression": _HEAD + ["rmse", "nll"] + _TAIL,
     "classification": _HEAD + ["accuracy", "ece", "nll"] + _TAIL,
@@ -122,7 +123,7 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
         row["converged"] = bool(len(fits) and fits.all())
         row["note"] = f"VI: {int(fits.sum())} of {len(fits)} fits converged"
         row.update({k: math.nan for k in ("ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s",
-                                          "rhat_w_max", "ess_w_min")})
+                                          "nrhat_lp", "nrhat_f_max", "rhat_w_max", "ess_w_min")})
         return row
     row.update(mixing(result))
     ess = [row["ess_lp"], row["ess_f_min"]]
@@ -198,7 +199,8 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
         (min of ``ess_lp`` and ``ess_f_min`` per second of wall time), ``converged`` (the
         rule of :func:`verdict`; VI: every fit converged), ``rank`` (by ``ess_per_s`` among
         converged MCMC rows only), ``note`` (why a row is not converged; ``best`` for the
-        first converged row with R-hat <= 1.01; VI rows say so), ``rhat_w_max``,
+        first converged row with R-hat <= 1.01; VI rows say so), ``nrhat_lp``, ``nrhat_f_max``
+        (nested R-hat over 4 superchains, for 8 chains or more), ``rhat_w_max``,
         ``ess_w_min`` (weight space). VI rows have no R-hat/ESS: their draws come from
         the guide, not from chains.
     runs : dict
@@ -237,7 +239,7 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
 # ------------------------------------------------------------------ table
 _DECIMALS = {"wall_time_s": 2, "rmse": 4, "nll": 4, "accuracy": 4, "ece": 4, "acceptance": 3, "target_accept": 3,
              "elbo": 1,
-             "rhat_lp": 3, "rhat_f_max": 3, "rhat_w_max": 3, "ess_per_s": 2}
+             "rhat_lp": 3, "rhat_f_max": 3, "rhat_w_max": 3, "nrhat_lp": 3, "nrhat_f_max": 3, "ess_per_s": 2}
 _INTEGERS = ("chains", "draws", "divergences", "failed", "rank", "ess_lp", "ess_f_min", "ess_w_min")
 
 

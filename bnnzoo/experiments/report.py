@@ -40,6 +40,10 @@ READING_GUIDE = """\
   and the mean of fresh gradient estimates at the fitted guide zero within noise); its
   draws come from the guide, so it has no R-hat or ESS and no rank, and `elbo` is its
   final ELBO. A fit that has not converged stopped too early: raise num_steps.
+- **nrhat_lp, nrhat_f_max**: nested R-hat (Margossian et al. 2022) over 4
+  superchains of consecutive chains, for runs of 8 chains or more: many short chains
+  (ChEES) cannot show split R-hat's within-chain forgetting, but superchains that agree
+  can; look for values below 1.01.
 - **rhat_w_max, ess_w_min**: weight-space diagnostics, for reference only.
 - **acceptance, target_accept, divergences**: mean acceptance probability beside
   the engine's target, and the number of divergent transitions (NaN energies count

@@ -57,7 +57,8 @@ def test_chain_table_nuts(nuts_run):
 
 def test_mixing_uses_arviz(rwmh_run):
     mix = mixing(rwmh_run)
-    assert set(mix) == {"ess_f_min", "rhat_f_max", "ess_lp", "rhat_lp", "ess_w_min", "rhat_w_max"}
+    assert set(mix) == {"ess_f_min", "rhat_f_max", "ess_lp", "rhat_lp", "ess_w_min", "rhat_w_max", "nrhat_lp",
+                        "nrhat_f_max"}
     lp = az.from_dict(posterior={"lp": rwmh_run.sample_stats["lp"]}).posterior
     assert mix["ess_lp"] == pytest.approx(float(az.ess(lp)["lp"]))
     assert mix["rhat_lp"] == pytest.approx(float(az.rhat(lp)["lp"]))

@@ -18,7 +18,7 @@ def test_compare_two_cheap_engines(cosine):
     assert list(runs) == ["rwmh", "svi", "rwmh#2"]
     expected = ["engine", "kind", "chains", "draws", "wall_time_s", "rmse", "nll", "acceptance", "target_accept",
                 "divergences", "failed", "elbo", "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s",
-                "converged", "rank", "note", "rhat_w_max", "ess_w_min"]
+                "converged", "rank", "note", "nrhat_lp", "nrhat_f_max", "rhat_w_max", "ess_w_min"]
     assert list(table.columns) == expected
     assert table.loc["svi", "draws"] == 30 and table.loc["rwmh", "draws"] == 40
     # SVI is reported as VI: its fits' convergence and ELBO, no R-hat/ESS of its guide draws, no rank
@@ -31,7 +31,8 @@ def test_compare_two_cheap_engines(cosine):
         assert not table.loc[label, "converged"] and math.isnan(table.loc[label, "rank"])
         assert "ess_lp" in table.loc[label, "note"] and "< 100" in table.loc[label, "note"]
     numeric = table.drop(index="svi").drop(columns=["engine", "kind", "failed", "elbo", "target_accept",
-                                                    "converged", "rank", "note"])
+                                                    "converged", "rank", "note", "nrhat_lp", "nrhat_f_max"])
+    assert table[["nrhat_lp", "nrhat_f_max"]].isna().all().all()  # 2 chains: too few for 4 superchains
     assert np.isfinite(numeric.to_numpy(float)).all()
     assert runs["rwmh"].data is runs["svi"].data and runs["rwmh"].model is runs["rwmh#2"].model
     row = table.loc["rwmh"]
