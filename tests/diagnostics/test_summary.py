@@ -67,7 +67,9 @@ def test_mixing_uses_arviz(rwmh_run):
     f = az.from_dict(posterior={"f": function_draws(rwmh_run)}).posterior
     assert mix["ess_f_min"] == pytest.approx(float(az.ess(f)["f"].min()))
     assert mix["rhat_f_max"] == pytest.approx(float(az.rhat(f)["f"].max()))
-    assert all(math.isfinite(v) for v in mix.values())
+    nested = {"nrhat_lp", "nrhat_f_max"}  # NaN: too few chains for 4 superchains of 2
+    assert all(math.isfinite(v) for k, v in mix.items() if k not in nested)
+    assert rwmh_run.num_chains < 8 and all(math.isnan(mix[k]) for k in nested)
 
 
 def test_mixing_one_chain_and_constant_draws(rwmh_run):
