@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from contextlib import contextmanager
 
 import pyro
+import torch
 
 from ... import validation
 from ...data import Dataset, check_data, load
@@ -91,7 +94,7 @@ def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: 
 def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
         num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
         checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
-        threads="auto", **engine_options) -> Run:
+        threads="auto", dtype=None, **engine_options) -> Run:
     """Run one engine on one model and data set.
 
     Parameters
@@ -118,6 +121,10 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
         torch intra-op threads during the run (:mod:`bnnzoo.inference.threads`): ``"auto"``
         picks from the work per gradient and the free cores, None leaves torch's setting; the
         caller's setting is restored afterwards. The count used is in ``Run.notes["threads"]``.
+    dtype : torch.dtype or str, optional
+        The floating dtype of the run (``torch.float64`` or ``"float64"``, ...): every tensor
+        the run creates, the data (cast where they differ; the cast is in ``Run.notes["cast"]``)
+        and the draws and statistics. None: torch's default dtype.
     **engine_options
         Options of the engine (``ENGINES[engine].options()`` lists them).
 
@@ -131,8 +138,45 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     check_threads(threads)
     if resume and checkpoint is None:
         raise ValueError("resume=True: give the checkpoint folder to continue from (checkpoint=DIR)")
+    dtype = resolve_dtype(dtype)
+    with default_dtype(dtype):
+        return _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chains, seed, progress,
+                    checkpoint, resume, checkpoint_every, checkpoint_seconds, threads, engine_options)
+
+
+def resolve_dtype(dtype) -> torch.dtype | None:
+    """None, or a torch floating dtype from a dtype or its name (``"float64"``)."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, dtype)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a torch floating dtype (torch.float32, torch.float64 or its name), "
+                         f"got {dtype!r}")
+    return dtype
+
+
+@contextmanager
+def default_dtype(dtype: torch.dtype | None):
+    """torch's default dtype is ``dtype`` within the block (None: unchanged), restored afterwards."""
+    before = torch.get_default_dtype()
+    if dtype is not None:
+        torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chains, seed, progress, checkpoint,
+         resume, checkpoint_every, checkpoint_seconds, threads, engine_options) -> Run:
+    """:func:`run` after its argument checks, under the run's default dtype."""
     model = _resolve_model(model_or_spec)
     data = _resolve_data(data, model, seed)
+    cast = {}
+    if data.x_train.dtype != torch.get_default_dtype():  # a Dataset built in another dtype: re-validated, cast
+        cast = {"cast": f"data {data.x_train.dtype} -> {torch.get_default_dtype()}"}
+        data = dataclasses.replace(data)
     engine_options, tuning = _recommended_options(spec, model, engine_options)
     counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
     if spec.kind == "mcmc":
@@ -155,7 +199,7 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
         draws = spec.run(model, data.x_train, data.y_train, num_samples, warmup_steps, num_chains, progress,
                          checkpoint=store, **engine_options)
         wall = time.perf_counter() - start
-    draws.notes.update(tuning, threads=used)  # into the InferenceData's attrs too
+    draws.notes.update(tuning, threads=used, **cast)  # into the InferenceData's attrs too
     if store is not None:
         store.finish({"draws": draws, "wall_time": wall})
     return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=data, wall_time=wall,

@@ -5,7 +5,9 @@ import inspect
 import pathlib
 from dataclasses import fields
 
+import numpy as np
 import pytest
+import torch
 
 from bnnzoo.data import load
 from bnnzoo.inference import ENGINES, NUTS, VIOptions, run
@@ -120,3 +122,25 @@ def test_pyro_engine_options_are_checked_like_ours(engine, options, message):
 def test_run_level_counts_name_their_field():
     with pytest.raises(ValueError, match="seed must be an integer >= 0, got 'zero'"):
         run("cosine_mlp", "cosine", engine="rwmh", seed="zero")
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_every_engine_runs_in_float64_when_asked(engine):
+    """``dtype=torch.float64`` with torch's default left at float32: float64 draws and statistics,
+    float32 data cast (and said), and the caller's default dtype untouched."""
+    from ...support import resume_child
+
+    settings = {**resume_child.settings(engine), "num_samples": 3, "warmup_steps": 3, "progress": False}
+    settings["data"] = load("cosine", n_train=20, n_test=10)  # float32
+    assert torch.get_default_dtype() == torch.float32
+    result = run(**settings, dtype=torch.float64)
+    assert torch.get_default_dtype() == torch.float32
+    assert all(v.dtype == np.float64 for v in result.samples.values())
+    assert all(v.dtype == np.float64 for v in result.sample_stats.values() if v.dtype.kind == "f")
+    assert result.data.x_train.dtype == torch.float64 and result.notes["cast"] == "data torch.float32 -> torch.float64"
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, "int32", "double precision", 3])
+def test_a_dtype_that_is_not_a_float_type_is_named(dtype):
+    with pytest.raises(ValueError, match="dtype must be a torch floating dtype"):
+        run("cosine_mlp", "cosine", engine="rwmh", dtype=dtype)
