@@ -161,7 +161,7 @@ def save_finished(out: str | Path, label: str, result: Run, table: pd.DataFrame)
 def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 500, warmup_steps: int = 500,
             num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
             checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
-            threads="auto") -> tuple[pd.DataFrame, dict[str, Run]]:
+            threads="auto", dtype=None) -> tuple[pd.DataFrame, dict[str, Run]]:
     """Run several engines on the same model and data; one row per engine.
 
     Parameters
@@ -186,6 +186,8 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
         How often the running engine's state is saved.
     threads : "auto", int or None
         torch threads for each run (:func:`bnnzoo.inference.run`).
+    dtype : torch.dtype or str, optional
+        The floating dtype of every run (:func:`bnnzoo.inference.run`).
 
     Returns
     -------
@@ -223,7 +225,8 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
             if checkpoint is not None:
                 settings.update(checkpoint=Path(checkpoint) / "checkpoints" / safe_label(label), resume=resume,
                                 checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds)
-            result = run(model_or_spec, data, engine=kind, progress=progress, threads=threads, **settings, **options)
+            result = run(model_or_spec, data, engine=kind, progress=progress, threads=threads, dtype=dtype,
+                         **settings, **options)
             model_or_spec, data = result.model, result.data  # every engine sees the same model and data
             runs[label] = result
             rows.append(_row(label, kind, result))
