@@ -98,19 +98,25 @@ def cmd_demo(args) -> int:
 
 
 def read_run_file(path: str | Path) -> dict:
-    """Read a run file: ``[model]`` (a spec), ``[data]``, ``[[engines]]`` and an optional ``[run]``
-    table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``. Every table is checked
-    before anything runs (the data set's values by its loader): a ``ValueError`` naming the table,
-    the key and the value."""
+    """Read a run file: ``[model]`` (a spec), ``[data]``, ``[[engines]]``, an optional ``[run]``
+    table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``, and an optional
+    top-level ``description = "..."`` (the report's description; without it, a summary of the
+    model, data and engines). Every table is checked before anything runs (the data set's values
+    by its loader): a ``ValueError`` naming the table, the key and the value. The plan has the
+    file's own text as ``text``."""
     from .data import check_load
     from .inference import check_run
     from .inference.engines import COUNTS
     from .models.spec import BNNSpec, read_toml
 
     doc = read_toml(path, "run file")
-    unknown = sorted(set(doc) - {"model", "data", "engines", "run"})
+    unknown = sorted(set(doc) - {"model", "data", "engines", "run", "description"})
     if unknown:
-        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected model, data, engines, run")
+        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected model, data, engines, run "
+                         f"(and a top-level description)")
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        raise ValueError(f"description: expected a string, got {description!r}")
     if "model" not in doc:
         raise ValueError(f"{path}: missing the [model] table")
     settings = doc.get("run", {})
@@ -123,8 +129,8 @@ def read_run_file(path: str | Path) -> dict:
         minimum, maximum = COUNTS[key]
         validation.integer(f"[run] {key}", value, minimum, maximum=maximum)
     spec = BNNSpec.from_dict(doc["model"])
-    name, options = _data_table(doc.get("data"))
-    check_load(name, [k for k in options if k != "seed"])
+    name, data_options = _data_table(doc.get("data"))
+    check_load(name, [k for k in data_options if k != "seed"])
     engines = doc.get("engines")
     if not isinstance(engines, list) or not engines:
         raise ValueError(f"{path}: add at least one [[engines]] table with kind = '<engine>', got {engines!r}")
@@ -137,12 +143,25 @@ def read_run_file(path: str | Path) -> dict:
             check_run(table["kind"], **{**settings, **options})
         except ValueError as err:
             raise ValueError(f"engines[{i}] ({table['kind']}): {err}") from None
-    return {"spec": spec, "data": doc.get("data"), "engines": engines, **settings}
+    if not description.strip():
+        kinds = [table if isinstance(table, str) else table.get("label", table["kind"]) for table in engines]
+        layers = "-".join([str(spec.input_dim or "x".join(map(str, spec.input_shape or ())))]
+                          + [str(getattr(layer, "units", None) or type(layer).__name__) for layer in spec.layers])
+        counts = ", ".join(f"{k} = {v}" for k, v in settings.items())
+        data_keys = ", ".join(f"{k} = {v}" for k, v in data_options.items())
+        description = (f"Model {spec.name or 'from the run file'} ({layers} units, prior "
+                       f"{type(spec.prior).__name__}, likelihood {type(spec.likelihood).__name__}) on data "
+                       f"`{name}`{f' ({data_keys})' if data_keys else ''}; engines: {', '.join(kinds)}"
+                       f"{'; ' + counts if counts else ''}.")
+    return {"spec": spec, "data": doc.get("data"), "engines": engines, "description": description.strip(),
+            "text": Path(path).read_text(), **settings}
 
 
 def cmd_run(args) -> int:
     plan = read_run_file(args.spec)
-    return _compare(plan, args.out, f"bnnzoo run {Path(args.spec).name}", "",
+    description = (f"{plan['description']}\n\nThe run file `{args.spec}`:\n\n```toml\n"
+                   f"{plan['text'].rstrip()}\n```")
+    return _compare(plan, args.out, f"bnnzoo run {Path(args.spec).name}", description,
                     progress=not args.no_progress, again=f"bnnzoo run {args.spec}",
                     **_checkpointing(args))
 

@@ -85,6 +85,23 @@ def test_run_reads_a_hand_written_toml(tmp_path, capsys):
     assert list(table["engine"]) == ["nuts", "rwmh"]
     assert list(table["chains"]) == [2, 2]
     assert (tmp_path / "res" / "rwmh.nc").exists()
+    # without a description: a summary of the run file, then the file's own text at the top of the report
+    report = (tmp_path / "res" / "report.md").read_text()
+    head = report.split("## Comparison")[0]
+    assert "on data `cosine` (n_train = 30); engines: nuts, rwmh; num_chains = 2, seed = 3." in head
+    assert f"```toml\n{RUN_FILE.rstrip()}\n```" in head
+
+
+def test_run_file_description(tmp_path):
+    from bnnzoo.cli import read_run_file
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text('description = "Laplace prior, two engines."\n' + RUN_FILE)
+    plan = read_run_file(spec)
+    assert plan["description"] == "Laplace prior, two engines." and plan["text"] == spec.read_text()
+    spec.write_text("description = 3\n" + RUN_FILE)
+    with pytest.raises(ValueError, match="description: expected a string, got 3"):
+        read_run_file(spec)
 
 
 def test_list_names_every_registry(capsys):

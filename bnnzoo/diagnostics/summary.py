@@ -1,5 +1,5 @@
 """One table per run: ``az.summary`` plus ESS per second, sparsity, per-chain
-sampler statistics and the run's own verdicts (:func:`summary`, :func:`chain_table`,
+sampler statistics (cap hits of NUTS/ChEES trajectories: :func:`cap_hits`) and the run's own verdicts (:func:`summary`, :func:`chain_table`,
 :func:`run_checks`: SG-MCMC chains that failed, SVI fits that did not converge), and
 the mixing numbers that compare engines (:func:`mixing`).
 
@@ -113,6 +113,64 @@ def run_checks(idata_or_run) -> dict:
     return {k: _attr(attrs, k) for k in CHECKS if k in attrs}
 
 
+#: per-draw flags of a draw whose trajectory stopped at the engine's cap: the flag -> the option that sets the cap
+CAPS = {"reached_max_tree_depth": "max_tree_depth", "reached_max_steps": "max_leapfrog_steps"}
+
+
+def _options(source) -> dict:
+    options = getattr(source, "options", None)
+    if isinstance(options, dict):
+        return options
+    attrs = source.posterior.attrs if hasattr(source, "posterior") else {}
+    try:
+        return json.loads(attrs.get("options", "{}"))
+    except (TypeError, ValueError):
+        return {}
+
+
+def _stats_dict(source) -> dict:
+    if hasattr(source, "posterior"):
+        stats = getattr(source, "sample_stats", None)
+        return {} if stats is None else {str(k): stats[k].values for k in stats.data_vars}
+    return dict(getattr(source, "sample_stats", None) or {})
+
+
+def max_gradients_per_draw(option: str, cap) -> int | None:
+    """The most leapfrog steps (gradients) one draw can cost at the cap ``option = cap``:
+    NUTS ``2^max_tree_depth - 1``, ChEES ``max_leapfrog_steps``."""
+    if cap is None:
+        return None
+    return 2 ** int(cap) - 1 if option == "max_tree_depth" else int(cap)
+
+
+def cap_hits(idata_or_run) -> dict | None:
+    """How often the trajectory stopped at the engine's cap (NUTS ``reached_max_tree_depth``,
+    ChEES ``reached_max_steps``), from a Run or its InferenceData; None when the engine
+    records no such flag.
+
+    Returns
+    -------
+    dict
+        ``stat`` (the flag), ``option`` (``max_tree_depth`` / ``max_leapfrog_steps``), ``cap``
+        (its value, None if the run does not say), ``max_gradients`` (per draw at the cap:
+        ``2^max_tree_depth - 1`` / ``max_leapfrog_steps``), ``per_chain`` (hits per chain),
+        ``hits`` (their total), ``draws`` (all draws) and ``fraction`` (hits / draws).
+    """
+    stats = _stats_dict(idata_or_run)
+    stat = next((k for k in CAPS if k in stats), None)
+    if stat is None:
+        return None
+    flags = np.asarray(stats[stat]).astype(bool)
+    flags = flags.reshape(flags.shape[0], -1)
+    option = CAPS[stat]
+    cap = _options(idata_or_run).get(option)
+    per_chain = flags.sum(1).astype(int).tolist()
+    return {"stat": stat, "option": option, "cap": None if cap is None else int(cap),
+            "max_gradients": max_gradients_per_draw(option, cap), "per_chain": per_chain,
+            "hits": int(sum(per_chain)), "draws": int(flags.size),
+            "fraction": float(flags.mean()) if flags.size else math.nan}
+
+
 def _stat(stats, name: str):
     return stats[name].values if stats is not None and name in stats else None
 
@@ -126,7 +184,9 @@ def _flags(checks: dict, name: str, chains: int) -> pd.array:
 
 def chain_table(idata_or_run, sparsity_threshold: float = SPARSITY_THRESHOLD) -> pd.DataFrame:
     """One row per chain: mean acceptance rate, divergences, mean step size, mean
-    leapfrog steps, mean ``lp``, weight sparsity (NaN where the engine has no such stat),
+    leapfrog steps, ``cap_hits`` (draws whose trajectory stopped at the engine's cap: NUTS
+    ``reached_max_tree_depth``, ChEES ``reached_max_steps``; see :func:`cap_hits`), mean ``lp``,
+    weight sparsity (NaN where the engine has no such stat),
     and ``failed`` (SG-MCMC: the chain blew up) and ``converged`` (SVI: the fit settled),
     missing (``<NA>``) where the engine does not check."""
     idata = _idata(idata_or_run)
@@ -143,6 +203,7 @@ def chain_table(idata_or_run, sparsity_threshold: float = SPARSITY_THRESHOLD) ->
         "divergences": per_chain("diverging", lambda v: v.sum(1)),
         "step_size": per_chain("step_size", lambda v: v.mean(1)),
         "n_steps": per_chain("n_steps", lambda v: v.mean(1)),
+        "cap_hits": per_chain(next((k for k in CAPS if stats is not None and k in stats), ""), lambda v: v.sum(1)),
         "lp_mean": per_chain("lp", lambda v: v.mean(1)),
         "sparsity": sparsity(idata, sparsity_threshold, by_chain=True),
     }, index=pd.Index(idata.posterior["chain"].values, name="chain"))
@@ -174,10 +235,13 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
         One row per scalar, ``az.summary``'s columns plus ``ess_bulk_per_s``,
         ``ess_tail_per_s`` (ESS over the run's wall time), ``sparsity`` (fraction
         of draws with ``|value| < threshold``) and the run-level ``acceptance`` (mean
-        acceptance probability over every chain and draw) and ``divergences`` (their
-        total), the same in every row and NaN where the engine records none.
+        acceptance probability over every chain and draw), ``divergences`` (their
+        total) and ``cap_hits`` (draws whose trajectory stopped at the engine's cap,
+        :func:`cap_hits`), the same in every row and NaN where the engine records none.
         ``df.attrs`` holds ``sampling_time``, ``sparsity`` (over all weights), per chain
-        ``acceptance_rate``, ``divergences`` (lists, see :func:`chain_table`), and the
+        ``acceptance_rate``, ``divergences`` (lists, see :func:`chain_table`), ``cap_hits``
+        (the total, NaN where the engine has no cap flag) and ``cap`` (the dict of
+        :func:`cap_hits`, None likewise), and the
         run's verdicts of :func:`run_checks` (SG-MCMC ``failed``, ``failed_at``; SVI
         ``converged``, ``relative_change``, ``spread_elbo``, ``spread_loc``, ...).
     """
@@ -197,11 +261,15 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
     acceptance, diverging = _stat(stats, "acceptance_rate"), _stat(stats, "diverging")
     table["acceptance"] = math.nan if acceptance is None else float(np.mean(acceptance))
     table["divergences"] = math.nan if diverging is None else int(np.sum(diverging))
+    caps = cap_hits(idata)
+    table["cap_hits"] = math.nan if caps is None else caps["hits"]
     table.attrs.update({
         "sampling_time": seconds,
         "sparsity": sparsity(idata, sparsity_threshold),
         "acceptance_rate": chains["acceptance_rate"].tolist(),
         "divergences": chains["divergences"].tolist(),
+        "cap_hits": math.nan if caps is None else caps["hits"],
+        "cap": caps,
         **run_checks(idata),
     })
     return table

@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..diagnostics import plots, to_inference_data  # noqa: E402
+from ..diagnostics import cap_hits, plots, to_inference_data  # noqa: E402
 from .compare import format_table, safe_label  # noqa: E402
 
 READING_GUIDE = """\
@@ -48,9 +48,29 @@ READING_GUIDE = """\
 - **acceptance, target_accept, divergences**: mean acceptance probability beside
   the engine's target, and the number of divergent transitions (NaN energies count
   as divergences) after warm-up.
+- **cap hits** (a line under a run's heading; `cap_hits` in `summary()` and `chain_table()`):
+  draws whose trajectory stopped at the engine's cap instead of where the sampler
+  wanted. A NUTS draw costs at most 2^max_tree_depth - 1 leapfrog steps (gradients),
+  reached when the tree hits max_tree_depth before a U-turn; a ChEES draw costs at most
+  max_leapfrog_steps, reached when the adapted trajectory length is held at that cap.
+  Many hits mean every draw pays the full cost and the trajectory is shorter than the
+  sampler asks for: raise the cap, or read ESS per gradient with that in mind.
 - **failed**: SG-MCMC chains whose iterates blew up (left the finite numbers,
   grew past 1e6 times their initial radius, or froze where the potential is not
   finite); their draws are not posterior draws. Empty for engines that do not check.
+
+Figures, per run, in function space (weights are not identifiable, so none shows a weight):
+- **trace**: `lp` and the network output f at three test inputs (10%, 50% and 90% of the
+  test set, named by test index and x), at most 8 chains overlaid (the title says which),
+  beside a histogram of every chain pooled.
+- **rank**: the same scalars, every draw ranked over all chains; one heat-map row per
+  chain, coloured by its rank counts over the counts of chains that agree (white is 1).
+  A chain that has not mixed is a red/blue row; each panel gives the scalar's R-hat.
+- **energy** (HMC-type engines): marginal energy and energy transitions, chains pooled
+  (similar widths: the momentum resampling explores the energy), and E-BFMI per chain
+  (below 0.3: poor).
+- **acceptance**: acceptance over draws and the step size (RWMH: its proposal scale),
+  warm-up at negative draws; beyond 8 chains the median and the 10-90% band over chains.
 """
 
 
@@ -63,7 +83,14 @@ def _save(fig, path: Path) -> str:
 def _figures(label: str, run, idata, out: Path) -> list[str]:
     """Figures of one run; a figure that does not apply (no energy) is skipped and said so."""
     lines = []
-    makers = [("trace", lambda: plots.plot_trace(idata))]
+    try:  # lp and f at a few test inputs, computed once for the trace and the rank plot
+        scalars = plots.function_space(run)
+    except ValueError as err:
+        scalars = None
+        lines.append(f"({label} trace and rank figures not drawn: {err})")
+    makers = []
+    if scalars is not None:
+        makers += [("trace", lambda: plots.plot_trace(scalars)), ("rank", lambda: plots.plot_rank(scalars))]
     if "energy" in run.sample_stats:
         makers.append(("energy", lambda: plots.plot_energy(idata)))
     if "acceptance_rate" in run.sample_stats:
@@ -82,9 +109,43 @@ def _figures(label: str, run, idata, out: Path) -> list[str]:
     return lines
 
 
+#: how the report names the engines whose trajectories have a cap
+_CAPPED_ENGINES = {"nuts": "NUTS", "chees": "ChEES"}
+
+
+def cap_line(run) -> str | None:
+    """One sentence when the run's trajectories stopped at the engine's cap (NUTS
+    ``max_tree_depth``, ChEES ``max_leapfrog_steps``); None when they never did or the engine
+    has no cap flag."""
+    caps = cap_hits(run)
+    if caps is None or caps["hits"] == 0:
+        return None
+    engine = _CAPPED_ENGINES.get(str(run.engine), str(run.engine))
+    option, cap = caps["option"], caps["cap"]
+    share = "<1%" if caps["fraction"] < 0.005 else f"{caps['fraction']:.0%}"
+    chains = len(caps["per_chain"])
+    where = (f"per chain {', '.join(map(str, caps['per_chain']))}" if chains <= 16
+             else f"on {sum(h > 0 for h in caps['per_chain'])} of {chains} chains")
+    at = f"{option}={cap}" if cap is not None else f"its {option}"
+    if option == "max_tree_depth":
+        cost = (f"the draws cost 2^{cap} - 1 = {caps['max_gradients']} gradients each" if cap is not None
+                else "the draws cost 2^max_tree_depth - 1 gradients each")
+        advice = "raise max_tree_depth or expect a shorter effective trajectory"
+    else:
+        cost = (f"the trajectory length is held at its cap, so the draws cost {cap} gradients each"
+                if cap is not None else "the trajectory length is held at its cap")
+        advice = "raise max_leapfrog_steps or expect a shorter trajectory than the adaptation asks for"
+    return (f"{engine} reached {at} on {share} of draws ({caps['hits']} of {caps['draws']}; {where}): "
+            f"{cost}; {advice}.")
+
+
 def _verdicts(run) -> list[str]:
-    """Lines on the run's own checks: failed SG-MCMC chains, SVI fits that did not converge."""
+    """Lines on the run's own checks: trajectories at their cap, failed SG-MCMC chains, SVI fits
+    that did not converge."""
     lines = []
+    capped = cap_line(run)
+    if capped is not None:
+        lines.append(f"**Cap hits**: {capped}")
     notes = getattr(run, "notes", None) or {}
     failed = notes.get("failed")
     if failed is not None:

@@ -91,3 +91,42 @@ def test_mixing_one_chain_and_constant_draws(rwmh_run):
     table = summary(stuck, include_lp=True)
     assert len(table) == 17
     assert table["acceptance"].isna().all() and table["divergences"].isna().all()  # not recorded: NaN
+
+
+def test_cap_hits_per_chain_and_in_total(cosine):
+    from bnnzoo.diagnostics import cap_hits
+    from bnnzoo.inference import run
+    from bnnzoo.models import zoo
+
+    # a tree of depth 1 (one leapfrog step) stops at the cap on almost every draw
+    nuts = run(zoo.cosine_mlp(hidden=3), cosine, engine="nuts", num_samples=10, warmup_steps=10, num_chains=2,
+               max_tree_depth=1)
+    flags = nuts.sample_stats["reached_max_tree_depth"].astype(bool)
+    assert flags.sum() > 0
+    idata = to_inference_data(nuts, log_likelihood=False, posterior_predictive=False)
+    chains = chain_table(idata)
+    assert list(chains["cap_hits"]) == list(flags.sum(1))
+    table = summary(idata)
+    assert table.attrs["cap_hits"] == flags.sum() and (table["cap_hits"] == flags.sum()).all()
+    caps = table.attrs["cap"]
+    assert caps == cap_hits(nuts)  # from the Run or from its InferenceData
+    assert (caps["option"], caps["cap"], caps["max_gradients"]) == ("max_tree_depth", 1, 1)
+    assert caps["hits"] == flags.sum() and caps["draws"] == 20 and caps["fraction"] == pytest.approx(flags.mean())
+
+
+def test_cap_hits_of_chees_and_of_engines_without_a_cap(rwmh_run):
+    from bnnzoo.diagnostics import cap_hits
+
+    posterior = {"w": np.zeros((2, 5))}
+    capped = np.array([[True, True, False, False, False], [False] * 5])
+    options = '{"max_leapfrog_steps": 40}'
+    idata = az.from_dict(posterior=posterior, sample_stats={"reached_max_steps": capped},
+                         posterior_attrs={"options": options})
+    caps = cap_hits(idata)
+    assert (caps["option"], caps["cap"], caps["max_gradients"], caps["per_chain"]) == ("max_leapfrog_steps", 40,
+                                                                                        40, [2, 0])
+    assert list(chain_table(idata)["cap_hits"]) == [2, 0]
+    assert cap_hits(rwmh_run) is None
+    assert chain_table(rwmh_run)["cap_hits"].isna().all()
+    table = summary(rwmh_run)
+    assert math.isnan(table.attrs["cap_hits"]) and table["cap_hits"].isna().all() and table.attrs["cap"] is None

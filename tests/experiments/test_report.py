@@ -2,6 +2,7 @@
 InferenceData built once by bnnzoo.diagnostics.to_inference_data."""
 
 import arviz as az
+import numpy as np
 import pandas as pd
 
 import bnnzoo.diagnostics
@@ -39,3 +40,30 @@ def test_write_report_builds_each_inference_data_once(cosine, tmp_path, monkeypa
     assert "![rwmh trace](rwmh_trace.png)" in text and "![rwmh predictive](rwmh_predictive.png)" in text
     for name in [line.split("(")[-1].rstrip(")") for line in text.splitlines() if line.startswith("![")]:
         assert (out / name).stat().st_size > 1000
+
+
+def test_report_says_when_nuts_hit_its_tree_depth_and_draws_function_space_figures(cosine, tmp_path):
+    table, runs = compare(zoo.cosine_mlp(hidden=3), cosine, engines=[{"kind": "nuts", "max_tree_depth": 1}],
+                          num_samples=10, warmup_steps=10, num_chains=2)
+    hits = runs["nuts"].sample_stats["reached_max_tree_depth"]
+    text = write_report(table, runs, tmp_path, "Caps").read_text()
+    line = next(line for line in text.splitlines() if "Cap hits" in line)
+    assert (f"NUTS reached max_tree_depth=1 on {hits.mean():.0%} of draws ({hits.sum()} of 20; per chain "
+            f"{hits.sum(1)[0]}, {hits.sum(1)[1]}): the draws cost 2^1 - 1 = 1 gradients each; raise "
+            "max_tree_depth or expect a shorter effective trajectory.") in line
+    assert "2^max_tree_depth - 1" in text and "max_leapfrog_steps" in text  # the reading guide's cost bounds
+    for kind in ("trace", "rank", "energy", "acceptance"):
+        assert f"![nuts {kind}](nuts_{kind}.png)" in text and (tmp_path / f"nuts_{kind}.png").stat().st_size > 1000
+
+
+def test_cap_line_of_chees_and_none_without_hits(rwmh_run):
+    from bnnzoo.experiments.report import cap_line
+    from bnnzoo.results import Run
+
+    stats = {"reached_max_steps": np.array([[True, False, False, False]] * 20)}
+    chees = Run(samples={"w": np.zeros((20, 4))}, sample_stats=stats, engine="chees",
+                options={"max_leapfrog_steps": 50})
+    assert cap_line(chees) == ("ChEES reached max_leapfrog_steps=50 on 25% of draws (20 of 80; on 20 of 20 chains): "
+                               "the trajectory length is held at its cap, so the draws cost 50 gradients each; "
+                               "raise max_leapfrog_steps or expect a shorter trajectory than the adaptation asks for.")
+    assert cap_line(rwmh_run) is None
