@@ -45,11 +45,20 @@ def demo_out(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
+def test_the_full_demo_shows_a_converged_chees_row(tmp_path):
+    """What the demo's text tells the reader to conclude (about 2 minutes on 2 cores)."""
+    assert main(["demo", "--out", str(tmp_path), "--no-progress"]) == 0
+    table = pd.read_csv(tmp_path / "comparison.csv").set_index("engine")
+    assert bool(table.loc["chees", "converged"]) and table.loc["chees", "rank"] == 1
+    assert not table.drop(index="chees")["converged"].astype(bool).any()
+
+
 def test_demo_writes_report_runs_and_table(demo_out):
     report = (demo_out / "report.md").read_text()
     table = pd.read_csv(demo_out / "comparison.csv")
-    assert list(table["engine"]) == ["nuts", "hmc", "rwmh", "svi", "chees"]
-    assert list(table["chains"]) == [2, 2, 2, 2, 4]
+    assert list(table["engine"]) == ["chees", "nuts", "hmc", "rwmh", "svi"]
+    assert list(table["chains"]) == [4, 2, 2, 2, 2]
     for engine in table["engine"]:
         assert (demo_out / f"{engine}.nc").exists()
         assert f"## {engine}" in report
