@@ -359,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     warnings.filterwarnings("ignore", message="num_chains=.*available_cpu")
     warnings.filterwarnings("ignore", category=FutureWarning)
+    formatwarning = warnings.formatwarning
+    if not args.debug:  # one line per warning, no source line (--debug: Python's format)
+        warnings.formatwarning = lambda message, category, *rest: f"bnnzoo: warning: {message}\n"
     try:
         return args.fn(args)
     except KeyboardInterrupt:
@@ -369,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"bnnzoo: error: {e}", file=sys.stderr)
         return 1
+    finally:
+        warnings.formatwarning = formatwarning
 
 
 if __name__ == "__main__":
