@@ -88,7 +88,8 @@ def _compare(plan: dict, out: str, title: str, description: str, progress: bool,
     try:
         table, runs = compare(plan["spec"], data, engines=plan["engines"], seed=seed, progress=progress,
                               checkpoint=out, resume=resume, checkpoint_every=checkpoint_every,
-                              checkpoint_seconds=checkpoint_seconds, threads=threads, **common)
+                              checkpoint_seconds=checkpoint_seconds, threads=threads, dtype=plan.get("dtype"),
+                              **common)
     except KeyboardInterrupt as stop:
         runs = getattr(stop, "runs", {})
         if runs:
@@ -110,7 +111,7 @@ def cmd_demo(args) -> int:
 
 def read_run_file(path: str | Path) -> dict:
     """Read a run file: ``[model]`` (a spec), ``[data]``, ``[[engines]]``, an optional ``[run]``
-    table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``, and an optional
+    table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``, ``dtype`` (``"float64"``), and an optional
     top-level ``description = "..."`` (the report's description; without it, a summary of the
     model, data and engines). Every table is checked before anything runs (the data set's values
     by its loader): a ``ValueError`` naming the table, the key and the value. The plan has the
@@ -118,6 +119,7 @@ def read_run_file(path: str | Path) -> dict:
     from .data import check_load
     from .inference import check_run
     from .inference.engines import COUNTS
+    from .inference.engines.run import resolve_dtype
     from .models.spec import BNNSpec, read_toml
 
     doc = read_toml(path, "run file")
@@ -131,11 +133,18 @@ def read_run_file(path: str | Path) -> dict:
     if "model" not in doc:
         raise ValueError(f"{path}: missing the [model] table")
     settings = doc.get("run", {})
+    keys = list(COUNTS) + ["dtype"]
     if not isinstance(settings, dict):
-        raise ValueError(f"[run]: expected a table of {', '.join(COUNTS)}, got {settings!r}")
-    bad = sorted(set(settings) - set(COUNTS))
+        raise ValueError(f"[run]: expected a table of {', '.join(keys)}, got {settings!r}")
+    bad = sorted(set(settings) - set(keys))
     if bad:
-        raise ValueError(f"[run]: unknown key(s) {', '.join(bad)}; expected {', '.join(COUNTS)}")
+        raise ValueError(f"[run]: unknown key(s) {', '.join(bad)}; expected {', '.join(keys)}")
+    settings = dict(settings)
+    dtype = settings.pop("dtype", None)
+    try:
+        resolve_dtype(dtype)
+    except ValueError as err:
+        raise ValueError(f"[run] {err}") from None
     for key, value in settings.items():
         minimum, maximum = COUNTS[key]
         validation.integer(f"[run] {key}", value, minimum, maximum=maximum)
@@ -165,7 +174,7 @@ def read_run_file(path: str | Path) -> dict:
                        f"`{name}`{f' ({data_keys})' if data_keys else ''}; engines: {', '.join(kinds)}"
                        f"{'; ' + counts if counts else ''}.")
     return {"spec": spec, "data": doc.get("data"), "engines": engines, "description": description.strip(),
-            "text": Path(path).read_text(), **settings}
+            "text": Path(path).read_text(), "dtype": dtype, **settings}
 
 
 def cmd_run(args) -> int:

@@ -231,3 +231,17 @@ def test_ctrl_c_keeps_the_finished_engine_and_a_report_and_resume_finishes(tmp_p
     assert proc.returncode == 0, proc.stderr
     assert az.from_netcdf(str(out / "chees.nc")).posterior.sizes["draw"] == 400
     assert os.path.getmtime(out / "checkpoints" / "rwmh" / "result.pt") == finished  # not run again
+
+
+def test_run_file_dtype(tmp_path):
+    """``[run] dtype = "float64"``: the runs are float64; a non-float dtype is named before anything runs."""
+    spec = tmp_path / "run.toml"
+    spec.write_text(CTRL_C_RUN.replace("num_chains = 2", 'num_chains = 2\ndtype = "float64"')
+                    .replace("num_samples = 400", "num_samples = 5").replace("warmup_steps = 100", "warmup_steps = 5"))
+    assert main(["run", str(spec), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert az.from_netcdf(str(tmp_path / "out" / "chees.nc")).posterior["layers.0.weight"].dtype == "float64"
+    spec.write_text(CTRL_C_RUN.replace("num_chains = 2", 'num_chains = 2\ndtype = "int64"'))
+    proc = subprocess.run([sys.executable, "-m", "bnnzoo.cli", "run", str(spec), "--out", str(tmp_path / "o2")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "[run] dtype must be a torch floating dtype" in proc.stderr
+    assert not (tmp_path / "o2").exists()
