@@ -110,11 +110,15 @@ class _CheckpointedSampler(_UnarySampler):
                                      progress, self.hook)
             label = f" [{chain}]" if self.num_chains > 1 else ""
 
-            def save(iteration):
+            def flush():
+                """Write the draws kept since the last save as one chunk."""
                 nonlocal kept, pending
                 if pending:
                     chunks.append(ck.save_chunk(f"chain{chain}-{kept:08d}.pt", torch.stack(pending)))
                     kept, pending = kept + len(pending), []
+
+            def save(iteration):
+                flush()
                 ck.save({"chain": chain, "iteration": iteration, "kernel": kernel_state(kernel), "params": params,
                          "rng": rng_state(), "chunks": chunks, "draws": kept, "finished": finished},
                         chain=chain, iteration=iteration, draws=kept)
@@ -138,9 +142,7 @@ class _CheckpointedSampler(_UnarySampler):
                     if ck.due():
                         save(t + 1)
             diagnostics = kernel.diagnostics()
-            if pending:
-                chunks.append(ck.save_chunk(f"chain{chain}-{kept:08d}.pt", torch.stack(pending)))
-                kept, pending = kept + len(pending), []
+            flush()
             finished.append({"structure": structure, "chunks": list(chunks), "diagnostics": diagnostics})
             ck.save({"chain": chain + 1, "rng": rng_state(), "chunks": [], "draws": 0, "finished": finished},
                     chain=chain + 1, iteration=0, draws=0)

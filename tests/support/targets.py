@@ -217,3 +217,15 @@ def leapfrog_gaussian_acceptance(cov, step_size: float, num_steps: int, draws: i
         delta += energy(end) - energy(start)
     accept = np.minimum(1.0, np.exp(-delta))
     return float(accept.mean()), float(accept.std(ddof=1) / np.sqrt(draws))
+
+
+def assert_nan_region_rejected(kernel, draws, upper: float = 1.0) -> np.ndarray:
+    """Draws of a target whose potential is NaN above ``upper``: every proposal there is a
+    rejected (acceptance 0), counted divergence, and no draw lands there. Returns ``diverging``."""
+    x = draws.samples["x"]
+    assert np.isfinite(x).all() and x.max() <= upper
+    diverging = draws.sample_stats["diverging"]
+    assert diverging.sum() > 0
+    assert len(kernel.diagnostics()["divergences"]) == diverging.sum()
+    assert np.all(draws.sample_stats["acceptance_rate"][diverging] == 0)
+    return diverging
