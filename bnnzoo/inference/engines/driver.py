@@ -14,7 +14,9 @@ import math
 from ...models.spec import Conv2d
 from ...results import Draws, split_mcmc
 from ..potential import BNNPotential, FlatPotential, initial_theta, make_potential
+from ..adaptation import mass_windows
 from ..checkpoint import Checkpoint
+from ..compilation import PROBE, AutoCompile
 from ..mcmc import MCMC
 from ..progress import ProgressLines, use_bar
 from ..vi import sample_mean_field
@@ -72,11 +74,24 @@ def check_memory(model, num_chains: int, num_data: int, engine: str = "chees", f
             f"more than {fraction:.0%} of the {available / gib:.1f} GiB available; use fewer chains")
 
 
-def _record_compile_time(draws: Draws, potential: FlatPotential) -> Draws:
+def _record_compile_time(draws: Draws, potential: FlatPotential, policy: AutoCompile | None = None) -> Draws:
+    if policy is not None:
+        policy.finish()
+        draws.notes["compile"] = policy.note()
     if getattr(potential, "compile", False):
         draws.compile_seconds = potential.compile_seconds
         draws.notes["compile_seconds"] = potential.compile_seconds
     return draws
+
+
+def _auto_compile(kernel, potential: FlatPotential, warmup_steps: int, num_samples: int,
+                  runs: int) -> AutoCompile:
+    """The ``compile="auto"`` policy of a run: decided :data:`~bnnzoo.inference.compilation.PROBE`
+    iterations after the first mass-matrix window (ChEES sets its trajectory length there), or
+    after the first ``PROBE + 1`` where the kernel has none. ``runs``: chains run one after another."""
+    windows = mass_windows(warmup_steps) if getattr(kernel.options, "adapt_mass_matrix", False) else []
+    decide_at = (windows[0][1] if windows else 1) + PROBE
+    return AutoCompile(potential, (warmup_steps + num_samples) * runs, decide_at)
 
 
 def _progress(engine, progress: bool, warmup_steps: int, num_samples: int, chains: int) -> dict:
@@ -94,15 +109,19 @@ def _externals(checkpoint, **objects) -> None:
 
 
 def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
-                    options: dict, chain_method: str = "vectorized", compile: bool = False,
+                    options: dict, chain_method: str = "vectorized", compile: bool | str = False,
                     checkpoint: Checkpoint | None = None) -> Draws:
     """Run ``engine.kernel`` (a :class:`~bnnzoo.inference.kernels.base.FlatKernel`) under Pyro's ``MCMC``."""
     vectorized = chain_method == "vectorized"
-    potential = make_potential(model, x, y, compile=compile)
+    potential = make_potential(model, x, y, compile=compile is True)
     if "chain_method" in engine.kernel.Options.names():
         options = {**options, "chain_method": chain_method}
     kernel = engine.kernel(potential=potential, **options)
     kernel.check_potential(potential)  # before any chain starts
+    policy = None
+    if compile == "auto":
+        policy = kernel.compile_policy = _auto_compile(kernel, potential, warmup_steps, num_samples,
+                                                       1 if vectorized else num_chains)
     if vectorized and num_chains > 1:
         check_memory(model, num_chains, int(x.shape[0]), engine.name)
     _externals(checkpoint, potential=potential, model=model, x=x, y=y)
@@ -112,7 +131,7 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)
     draws.notes.update(kernel.notes())
-    return _record_compile_time(draws, potential)
+    return _record_compile_time(draws, potential, policy)
 
 
 def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,

@@ -22,7 +22,8 @@ from ..kernels.rwmh import RandomWalkMH
 from ..kernels.sghmc import SGHMC
 from ..kernels.sgld import SGLD
 from ..kernels.spike_slab_sa import SGHMCSA, SGLDSA
-from ..options import choice, flag, parameter_docs, suggest
+from ..compilation import check_compile
+from ..options import choice, parameter_docs, suggest
 from ..vi import VIOptions
 from .driver import run_flat_kernel, run_pyro_hmc, run_vi
 
@@ -34,8 +35,9 @@ RUN_ARGUMENTS = ("num_samples", "warmup_steps", "num_chains", "seed", "progress"
 DRIVER_OPTIONS = {
     "chain_method": ("vectorized", "the chains as one [C, D] batch ('vectorized') or one after another "
                      "('sequential')", choice("vectorized", "sequential")),
-    "compile": (False, "run the potential and the leapfrog step as torch.compile graphs (BNN with an "
-                "analytic gradient; needs a C++ compiler)", flag),
+    "compile": ("auto", "run the potential and the leapfrog step as torch.compile graphs (BNN with an "
+                "analytic gradient; needs a C++ compiler); 'auto': when the rest of the run pays the compile "
+                "back, decided after the first mass window (bnnzoo.inference.compilation)", check_compile),
 }
 
 

@@ -97,6 +97,8 @@ class FixedStepHMC(FlatKernel):
     Options = HMCOptions
     stat_names = ("acceptance_rate", "diverging", "energy", "energy_error", "max_energy_error", "step_size",
                   "n_steps", "lp")
+    #: a :class:`~bnnzoo.inference.compilation.AutoCompile` (``compile="auto"``), set by the driver
+    compile_policy = None
 
     def _reset(self) -> None:
         super()._reset()
@@ -192,6 +194,8 @@ class FixedStepHMC(FlatKernel):
                  "lp": -value_out, **self.extra_stats(theta_out)}
         if self.in_warmup:
             self.adapt(theta, tr, prob, diverging, num_steps * float(self.step_size), theta_out)
+        if self.compile_policy is not None:
+            self.compile_policy.observe(num_steps, theta_out)
         return theta_out, stats
 
     def extra_stats(self, theta: Tensor) -> dict[str, Tensor]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+import warnings
 from typing import TYPE_CHECKING
 
 import torch
@@ -162,8 +163,13 @@ class AnalyticMixin:
         try:
             out = _compiled(name)(self, *args)
         except Exception as err:
-            raise RuntimeError(f"compile=True: torch.compile of the potential's {name} failed "
-                               f"({type(err).__name__}: {err}); run with compile=False") from err
+            if not self.compile_fallback:
+                raise RuntimeError(f"compile=True: torch.compile of the potential's {name} failed "
+                                   f"({type(err).__name__}: {err}); run with compile=False") from err
+            warnings.warn(f"compile='auto': torch.compile of the potential's {name} failed "
+                          f"({type(err).__name__}: {err}); running eagerly")
+            self.compile = False
+            return getattr(self, name)(*args)
         self.compile_seconds += time.perf_counter() - start
         self._compiled_keys.add(key)
         return out

@@ -74,6 +74,8 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         self.compile = bool(compile)
         #: seconds spent in the calls that compiled a graph (one per function and input shapes)
         self.compile_seconds = 0.0
+        #: on a failed compile, warn and go on eagerly instead of raising (``compile="auto"``)
+        self.compile_fallback = False
         self._compiled_keys: set[tuple] = set()
 
     def _prior_segments(self):

@@ -57,7 +57,7 @@ def test_bad_options(options, match):
 
 def test_engine():
     assert "fixed_hmc" in ENGINES and ENGINES["fixed_hmc"].defaults() == {
-        "step_size": 1e-3, "num_steps": 100, "init_radius": 1.0, "compile": False}
+        "step_size": 1e-3, "num_steps": 100, "init_radius": 1.0, "compile": "auto"}
     torch.manual_seed(0)
     r = run(zoo.cosine_mlp(hidden=4), "cosine", engine="fixed_hmc", step_size=2e-3, num_steps=10,
             num_samples=5, warmup_steps=2, num_chains=3)

@@ -1,0 +1,153 @@
+"""compile="auto": the rule, the record of compile times, the fallbacks, and a run that compiles."""
+
+import math
+
+import pytest
+import torch
+
+from bnnzoo.data import load
+from bnnzoo.inference import compilation, run
+from bnnzoo.inference.compilation import AutoCompile, CompileRecord, check_compile, pays_back
+from bnnzoo.inference.potential import BNNPotential
+from bnnzoo.models import BNN, zoo
+from tests.support.cases import needs_compiler
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """Every test keeps its compile record (not the inductor cache) in its own folder."""
+    monkeypatch.setenv("BNNZOO_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("value", [True, False, "auto"])
+def test_compile_choices(value):
+    assert check_compile("compile", value) is value
+
+
+@pytest.mark.parametrize("value", ["yes", None, 1, "Auto"])
+def test_bad_compile_is_named(value):
+    with pytest.raises(ValueError, match=rf"compile must be True, False or 'auto', got {value!r}"):
+        check_compile("compile", value)
+
+
+def test_bad_compile_fails_before_the_run():
+    with pytest.raises(ValueError, match="compile must be True, False or 'auto', got 'yes'"):
+        run("cosine_mlp", "cosine", engine="chees", num_samples=2, warmup_steps=2, compile="yes", progress=False)
+
+
+def test_pays_back_when_the_saving_exceeds_the_compile():
+    # at speed-up 2 half the eager time is saved
+    assert pays_back(rest_seconds=21.0, compile_seconds=10.0)
+    assert not pays_back(rest_seconds=19.0, compile_seconds=10.0)
+    assert pays_back(rest_seconds=12.0, compile_seconds=10.0, speedup=10.0)
+
+
+def test_record_round_trip(tmp_path):
+    record = CompileRecord(tmp_path / "r.json")
+    assert record.get("net") is None
+    record.put("net", 3.25)
+    record.put("other", 20.0)
+    assert CompileRecord(tmp_path / "r.json").get("net") == 3.25
+    (tmp_path / "r.json").write_text("not json")
+    assert record.get("net") is None  # an unreadable record is no record
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def cosine_potential():
+    data = load("cosine", seed=0)
+    return BNNPotential(BNN(zoo.cosine_mlp(hidden=4)), data.x_train, data.y_train)
+
+
+def drive(policy, clock, iterations, seconds_per_step, steps):
+    theta = torch.zeros(4, policy.potential.dim)
+    for _ in range(iterations):
+        clock.now += seconds_per_step * steps
+        policy.observe(steps, theta)
+
+
+@pytest.mark.parametrize("seconds_per_step, compiles", [(1e-3, True), (1e-5, False)])
+def test_decides_from_the_measured_rest_of_the_run(monkeypatch, seconds_per_step, compiles):
+    monkeypatch.setattr(compilation, "compiler_available", lambda: True)
+    clock = Clock()
+    monkeypatch.setattr(compilation.time, "perf_counter", clock)
+    potential = cosine_potential()
+    policy = AutoCompile(potential, total_iterations=1000, decide_at=50)
+    drive(policy, clock, 49, seconds_per_step, steps=100)
+    assert policy.decision is None and not potential.compile
+    drive(policy, clock, 1, seconds_per_step, steps=100)
+    # 950 iterations x 100 steps left: 95 s eagerly at 1 ms a step (saves 47 s > 25 s), 0.95 s at 10 us
+    assert potential.compile is compiles and policy.compiled is compiles
+    assert policy.note().startswith("auto: compiled" if compiles else "auto: eager")
+    assert "at iteration 50" in policy.note() and f"compile expected {compilation.COLD_SECONDS:.1f} s" in policy.note()
+
+
+def test_a_recorded_compile_time_is_the_estimate(monkeypatch):
+    monkeypatch.setattr(compilation, "compiler_available", lambda: True)
+    clock = Clock()
+    monkeypatch.setattr(compilation.time, "perf_counter", clock)
+    potential = cosine_potential()
+    theta = torch.zeros(4, potential.dim)
+    CompileRecord().put(compilation.signature(potential, theta), 0.5)
+    policy = AutoCompile(potential, total_iterations=100, decide_at=20)
+    drive(policy, clock, 20, 1e-3, steps=100)  # 8 s left eagerly: pays a 0.5 s compile, not a cold one
+    assert potential.compile and "compile expected 0.5 s" in policy.note()
+
+
+def test_no_compiler_runs_eagerly_with_a_notice(monkeypatch):
+    monkeypatch.setattr(compilation.shutil, "which", lambda name: None)
+    with pytest.warns(UserWarning, match="no C.. compiler found"):
+        policy = AutoCompile(cosine_potential(), total_iterations=10_000, decide_at=1)
+    assert policy.note() == "auto: eager (no C++ compiler found)"
+
+
+def test_a_model_without_the_analytic_gradient_runs_eagerly():
+    data = load("cosine", seed=0)
+    potential = BNNPotential(BNN(zoo.cosine_mlp(hidden=4)), data.x_train, data.y_train, analytic=False)
+    assert AutoCompile(potential, 100, 1).note().startswith("auto: eager (the model has no analytic gradient")
+
+
+def test_a_resumed_run_compiles_its_fresh_potential():
+    policy = AutoCompile(cosine_potential(), 100, 1)
+    policy.compiled, policy.decision = True, "auto: compiled ..."
+    policy.potential = fresh = cosine_potential()  # what a resume puts back
+    policy.observe(3, torch.zeros(2, fresh.dim))
+    assert fresh.compile
+
+
+def test_short_runs_stay_eager():
+    r = run("cosine_mlp", "cosine", engine="fixed_hmc", num_samples=15, warmup_steps=5, num_chains=2,
+            num_steps=3, progress=False)
+    assert r.options["compile"] == "auto" and r.notes["compile"].startswith("auto: eager")
+    assert r.compile_seconds in (None, 0.0)
+
+
+@needs_compiler
+def test_a_run_that_pays_compiles_midway_and_records_it(monkeypatch):
+    monkeypatch.setattr(compilation, "COLD_SECONDS", 0.0)  # any saving pays
+    r = run("cosine_mlp", "cosine", engine="fixed_hmc", num_samples=30, warmup_steps=0, num_chains=2,
+            num_steps=5, step_size=1e-3, progress=False)
+    assert r.notes["compile"].startswith(f"auto: compiled at iteration {compilation.PROBE + 1}:")
+    assert r.compile_seconds > 0 and math.isfinite(float(r.sample_stats["lp"].mean()))
+    records = CompileRecord()._read()
+    assert len(records) == 1 and list(records.values())[0] == pytest.approx(r.compile_seconds, abs=1e-3)
+
+
+@needs_compiler
+def test_a_failed_compile_goes_on_eagerly(monkeypatch):
+    monkeypatch.setattr(compilation, "COLD_SECONDS", 0.0)
+
+    def broken(name):
+        raise RuntimeError("no inductor today")
+
+    monkeypatch.setattr("bnnzoo.inference.potential.analytic._compiled", broken)
+    with pytest.warns(UserWarning, match="compile='auto': torch.compile of the potential's .* failed"):
+        r = run("cosine_mlp", "cosine", engine="fixed_hmc", num_samples=20, warmup_steps=0, num_chains=2,
+                num_steps=3, progress=False)
+    assert r.sample_stats["lp"].shape == (2, 20)
