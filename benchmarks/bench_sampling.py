@@ -23,6 +23,7 @@ Usage: ``python benchmarks/bench_sampling.py [--draws 1000] [--warmup 500]
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -105,12 +106,54 @@ def numpyro_nuts(data, num_chains, draws, warmup, seed):
                                               "grads_per_draw": float(np.mean(extra["num_steps"]))})
 
 
+def blackjax_chees(data, num_chains, draws, warmup, seed):
+    """BlackJAX's ChEES-HMC (the same algorithm in JAX): its ChEES warm-up with a diagonal mass
+    matrix, Adam(0.025, b1=0, b2=0.95) on log T as bnnzoo's, then its jittered dynamic HMC for
+    ``draws // num_chains`` draws per chain, all chains vmapped; initial points uniform in
+    (-1, 1) as bnnzoo's ``init_radius=1``. Wall time includes JAX's compilation."""
+    import blackjax
+    import jax
+    import optax
+    from jax.flatten_util import ravel_pytree
+    from numpyro.infer.util import initialize_model
+
+    model, forward = npm.mlp_model([1, 50, 1], "tanh", "gaussian", noise=0.1)
+    x, y = npm.as_jax(data.x_train.numpy()), npm.as_jax(data.y_train.numpy())
+    start = time.perf_counter()
+    key_init, key_warmup, key_sample = jax.random.split(jax.random.PRNGKey(seed), 3)
+    info = initialize_model(key_init, model, model_args=(x, y))
+    flat, unravel = ravel_pytree(info.param_info.z)
+
+    def logdensity(q):
+        return -info.potential_fn(unravel(q))
+
+    positions = jax.random.uniform(key_init, (num_chains, flat.size), minval=-1.0, maxval=1.0)
+    adaptation = blackjax.chees_adaptation(logdensity, num_chains, mass_matrix_estimation="diagonal")
+    (states, parameters), _ = adaptation.run(key_warmup, positions, 0.1, optax.adam(0.025, b1=0.0, b2=0.95),
+                                             warmup)
+    step = blackjax.dynamic_hmc(logdensity, **parameters).step
+
+    def one_draw(states, key):
+        states, stats = jax.vmap(step)(jax.random.split(key, num_chains), states)
+        return states, (states.position, states.logdensity, stats.acceptance_rate, stats.num_integration_steps)
+
+    _, (theta, lp, accept, steps) = jax.lax.scan(one_draw, states,
+                                                jax.random.split(key_sample, draws // num_chains))
+    jax.block_until_ready(theta)
+    wall = time.perf_counter() - start
+    theta, lp = np.asarray(theta).transpose(1, 0, 2), np.asarray(lp).T  # [chain, draw, ...]
+    x_star = npm.as_jax(X_STAR.numpy())
+    f = np.stack([np.asarray(forward(unravel(q), x_star))[:, 0] for q in theta.reshape(-1, flat.size)])
+    return score(f"blackjax chees, {num_chains} chains", wall, lp, f.reshape(lp.shape + (-1,)),
+                 {"mean_accept": float(np.mean(accept)), "grads_per_draw": float(np.mean(steps))})
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=1000, help="post-warm-up draws per engine, all chains")
     parser.add_argument("--warmup", type=int, default=500, help="warm-up steps per chain (NUTS engines)")
-    parser.add_argument("--chees-chains", type=int, nargs="+", default=[8, 16],
-                        help="a ChEES row for each number of chains")
+    parser.add_argument("--chees-chains", type=int, nargs="+", default=[8, 16, 32],
+                        help="a ChEES row (bnnzoo's and BlackJAX's) for each number of chains")
     parser.add_argument("--chees-warmup", type=int, default=200,
                         help="warm-up steps per chain of ChEES (its adaptation pools all chains)")
     parser.add_argument("--skip-stock", action="store_true", help="skip stock Pyro NUTS (slow)")
@@ -120,7 +163,10 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=3, help="runs of every engine, seeds 0, 1, ...")
     parser.add_argument("--slow-seeds", type=int, default=1,
                         help="runs of the two Pyro NUTS engines (tens of minutes each), after the others")
-    parser.add_argument("--no-compile", action="store_true", help="skip the ChEES rows with compile=True")
+    parser.add_argument("--modes", nargs="+", default=["default"], choices=["default", "eager", "compiled"],
+                        help="bnnzoo ChEES rows: 'default' (no flags: compile='auto', threads='auto'), "
+                             "'eager' (compile=False), 'compiled' (compile=True)")
+    parser.add_argument("--skip-blackjax", action="store_true", help="skip BlackJAX's ChEES rows")
     parser.add_argument("--warm-cache", action="store_true",
                         help="keep the inductor cache of earlier processes (default: a fresh, empty one)")
     parser.add_argument("--retable", action="store_true",
@@ -138,11 +184,16 @@ def main(argv=None):
     plan, slow = [], []
     if npm.AVAILABLE:
         plan.append(lambda seed: numpyro_nuts(data, 2, args.draws, args.warmup, seed))
-    for compile in (False,) if args.no_compile else (False, True):
+    for mode in args.modes:
+        options = {"default": {}, "eager": {"compile": False}, "compiled": {"compile": True}}[mode]
         for chains in args.chees_chains:
-            label = f"bnnzoo chees, {chains} chains" + (", compiled" if compile else "")
-            plan.append(lambda seed, chains=chains, label=label, compile=compile: bnnzoo_engine(
-                label, data, "chees", chains, args.draws, args.chees_warmup, seed, compile=compile))
+            label = f"bnnzoo chees, {chains} chains" + ("" if mode == "default" else f", {mode}")
+            plan.append(lambda seed, chains=chains, label=label, options=options: bnnzoo_engine(
+                label, data, "chees", chains, args.draws, args.chees_warmup, seed, **options))
+    if npm.AVAILABLE and not args.skip_blackjax and importlib.util.find_spec("blackjax"):
+        for chains in args.chees_chains:
+            plan.append(lambda seed, chains=chains: blackjax_chees(data, chains, args.draws, args.chees_warmup,
+                                                                   seed))
     if not args.skip_fast_nuts:
         slow.append(lambda seed: bnnzoo_engine("pyro NUTS, fast potential", data, "nuts", 2, args.draws,
                                                args.warmup, seed))

@@ -1,7 +1,7 @@
 r"""Warm-up adaptation as small components, shared by the HMC-family kernels.
 
 * :class:`DualAveraging`: Nesterov dual averaging of :math:`\log\epsilon` toward a
-  target acceptance (Pyro's :class:`pyro.ops.dual_averaging.DualAveraging` inside);
+  target acceptance (the scheme of Pyro's :class:`pyro.ops.dual_averaging.DualAveraging`);
 * :class:`PooledVariance`: per-coordinate variance of ``[C, D]`` batches pooled over
   chains (Chan et al.'s parallel Welford update);
 * :func:`mass_windows`: Stan's doubling warm-up windows;
@@ -18,7 +18,6 @@ import math
 from typing import Callable
 
 import torch
-from pyro.ops.dual_averaging import DualAveraging as _PyroDualAveraging
 
 from .integrators import velocity
 
@@ -35,12 +34,15 @@ class DualAveraging:
     .. math::
         \bar H_t = (1 - \tfrac{1}{t + t_0}) \bar H_{t-1} + \tfrac{1}{t + t_0}(\delta - \alpha_t),\quad
         \log \epsilon_t = \mu - \tfrac{\sqrt t}{\gamma} \bar H_t,\quad
-        \log \bar\epsilon_t = t^{-\kappa} \log \epsilon_t + (1 - t^{-\kappa}) \log \bar\epsilon_{t-1}
+        \log \bar\epsilon_s = s^{-\kappa} \log \epsilon_t + (1 - s^{-\kappa}) \log \bar\epsilon_{s-1}
 
     with :math:`\mu = \log(10 \epsilon_0)`. Use :attr:`step_size` during warm-up
-    and :attr:`final_step_size` after it. The scheme is Pyro's
-    :class:`~pyro.ops.dual_averaging.DualAveraging`; this class adds the target, the
-    restart from a new step size and the clipping of a NaN or out-of-range acceptance.
+    and :attr:`final_step_size` after it. :meth:`restart` starts the scheme over from a
+    new step size; :meth:`restart_average` (at a mass-matrix update) starts only the
+    average :math:`\bar\epsilon` over (its own count :math:`s`), so the iterates keep their
+    small late gain :math:`1/(\gamma\sqrt t)` and the final step size averages only
+    iterates under the final mass. A NaN acceptance counts 0; others are clipped to [0, 1].
+    All state is plain numbers.
     """
 
     def __init__(self, step_size: float, target: float, t0: float = 10.0,
@@ -49,19 +51,31 @@ class DualAveraging:
         self.restart(step_size)
 
     def restart(self, step_size: float) -> None:
-        self._scheme = _PyroDualAveraging(math.log(10 * step_size), self.t0, self.kappa, self.gamma)
+        r"""Start over from ``step_size``: :math:`t = 0`, :math:`\bar H = 0`, :math:`\mu = \log(10\epsilon_0)`."""
+        self.mu = math.log(10 * step_size)
+        self._t, self._h_bar = 0, 0.0
         self._log_step = math.log(step_size)
+        self.restart_average()
+
+    def restart_average(self) -> None:
+        """Start the averaged iterate over from the next update (the iterates go on)."""
+        self._avg_count, self._log_avg = 0, 0.0
 
     @property
     def t(self) -> int:
         """Updates since the last restart."""
-        return self._scheme._t
+        return self._t
 
     def update(self, accept_prob: float) -> float:
         """Feed one (mean) acceptance probability; returns the next step size."""
         accept_prob = 0.0 if not math.isfinite(accept_prob) else min(max(accept_prob, 0.0), 1.0)
-        self._scheme.step(self.target - accept_prob)
-        self._log_step = self._scheme.get_state()[0]
+        self._t += 1
+        weight = 1.0 / (self._t + self.t0)
+        self._h_bar = (1 - weight) * self._h_bar + weight * (self.target - accept_prob)
+        self._log_step = self.mu - math.sqrt(self._t) / self.gamma * self._h_bar
+        self._avg_count += 1
+        eta = self._avg_count ** -self.kappa
+        self._log_avg = eta * self._log_step + (1 - eta) * self._log_avg
         return self.step_size
 
     @property
@@ -70,7 +84,8 @@ class DualAveraging:
 
     @property
     def final_step_size(self) -> float:
-        return math.exp(self._scheme.get_state()[1]) if self.t else self.step_size
+        """The averaged iterate (the current step size before any update since the last restart)."""
+        return math.exp(self._log_avg) if self._avg_count else self.step_size
 
 
 class PooledVariance:

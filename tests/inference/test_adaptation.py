@@ -49,6 +49,22 @@ def test_harmonic_mean_ignores_divergent_chains_and_is_zero_without_any():
     assert harmonic_mean_acceptance(prob, torch.tensor([True, True, True])) == 0.0
 
 
+def test_dual_averaging_restart_average_keeps_the_iterates_going():
+    da, fresh = DualAveraging(0.1, 0.65), DualAveraging(0.1, 0.65)
+    for a in (0.9, 0.2, 0.5):
+        da.update(a), fresh.update(a)
+    da.restart_average()
+    assert da.t == 3 and da.final_step_size == pytest.approx(da.step_size)
+    for a in (0.8, 0.6):
+        da.update(a), fresh.update(a)
+    assert da.step_size == pytest.approx(fresh.step_size, rel=1e-12)  # the iterates are untouched
+    first = DualAveraging(0.1, 0.65)
+    for a in (0.9, 0.2, 0.5, 0.8):
+        first.update(a)
+    log_bar = 2 ** -0.75 * math.log(da.step_size) + (1 - 2 ** -0.75) * math.log(first.step_size)
+    assert da.final_step_size == pytest.approx(math.exp(log_bar), rel=1e-12)  # averaged since the restart
+
+
 def test_scalar_adam_ascends_and_clips_its_step():
     adam = ScalarAdam(lr=1.0, max_step=0.35)
     assert adam.step(0.0, 5.0) == pytest.approx(0.35)

@@ -163,9 +163,9 @@ class ChEESHMC(AdaptiveHMC):
 
     def after_mass_change(self, theta: Tensor, settled_step_size: float) -> None:
         if self.options.adapt_trajectory and self._guess_trajectory_length:
-            # the one-step search's step size is near leapfrog's stability limit, where the
-            # stiffest directions swing and fake a U-turn within a few steps: integrate at
-            # the smaller of it and the step size dual averaging had settled on
+            # near leapfrog's stability limit the stiffest directions swing and fake a U-turn
+            # within a few steps: integrate at the smaller of dual averaging's current iterate
+            # and the step size it had settled on (its average)
             self.trajectory_length = self.u_turn_time(theta, min(settled_step_size, self.step_size))
             self._adam = ScalarAdam()
 

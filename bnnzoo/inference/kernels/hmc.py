@@ -221,8 +221,9 @@ class WarmupOptions(BaseOptions):
 
 class AdaptiveHMC(FixedStepHMC):
     r""":class:`FixedStepHMC` plus warm-up components: the step size by dual averaging toward
-    ``target_accept`` of :meth:`warmup_acceptance` (found again by a doubling/halving search
-    before warm-up and after each mass update), and the diagonal :math:`M^{-1}` from the
+    ``target_accept`` of :meth:`warmup_acceptance` (started from a doubling/halving search
+    before warm-up and kept going across mass updates, where only its average restarts),
+    and the diagonal :math:`M^{-1}` from the
     variance of the chains' positions pooled over chains and the second half of each of
     Stan's doubling windows; both frozen after warm-up (the step size at dual averaging's
     averaged iterate). A subclass sets its options dataclass (a :class:`WarmupOptions`) and
@@ -294,18 +295,21 @@ class AdaptiveHMC(FixedStepHMC):
         self.inv_mass = inv_mass
         settled = self.step_size
         if self.options.adapt_step_size:
+            # dual averaging goes on under the new mass (its late, small gain corrects the step
+            # size within a few transitions); only its average restarts, so the final step size
+            # averages iterates under the final mass. Restarting the whole scheme from a new
+            # one-step search (mu = log(10 eps)) swung the step size tenfold at every window.
             if self._step_adapter.t:
                 settled = self._step_adapter.final_step_size
-            self.step_size = self.find_step_size(theta)
-            self._step_adapter.restart(self.step_size)
+            self._step_adapter.restart_average()
         self.after_mass_change(theta, settled)
 
     def before_mass_change(self, inv_mass: Tensor) -> None:
         """Hook before ``inv_mass`` replaces :attr:`inv_mass`."""
 
     def after_mass_change(self, theta: Tensor, settled_step_size: float) -> None:
-        """Hook after a mass update (and the new step-size search); ``settled_step_size`` is the
-        step size dual averaging had settled on before it."""
+        """Hook after a mass update; ``settled_step_size`` is the step size dual averaging had
+        settled on before it (its average)."""
 
     def end_warmup_if_last(self) -> None:
         if self._t == self._warmup_steps - 1:

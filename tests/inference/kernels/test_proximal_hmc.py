@@ -295,7 +295,8 @@ def test_engine_vectorized_stats_and_sparsity():
     np.testing.assert_allclose(r.sample_stats["sparsity"], (np.abs(w) < 0.05).mean(-1), atol=1e-6)
     assert np.all(r.sample_stats["n_steps"] == 20)
     step = r.sample_stats["step_size"]
-    assert np.all((step > 0.79 * step.mean()) & (step < 1.21 * step.mean()))  # jitter 0.2 around one value
+    # jitter 0.2 around one value: every step in [0.8, 1.2] x the frozen step size, and jittered
+    assert 1.2 < step.max() / step.min() <= 1.2 / 0.8 + 1e-9
     assert r.options["force"] == "moreau" and r.options["lam"] is None
 
 
