@@ -1,6 +1,8 @@
-"""ESS per second on the cosine MLP: stock Pyro NUTS, Pyro NUTS on the fast
-potential, bnnzoo's many-chain ChEES-HMC (eager and with ``compile=True``), and
-NumPyro NUTS (when installed).
+"""ESS per second on the cosine MLP: NumPyro NUTS (when installed), bnnzoo's many-chain
+ChEES-HMC with no flags (``compile="auto"``, ``threads="auto"``) for 8, 16 and 32 chains,
+BlackJAX's ChEES-HMC with as many chains (when installed; the same algorithm in JAX), and
+optionally Pyro NUTS (stock and on bnnzoo's fast potential) and ChEES forced eager or
+compiled (``--modes``).
 
 The model is the cosine MLP of paper 003 (1-50-1 tanh, N(0, 1) priors, noise
 0.1, 100 points). Every engine keeps the same number of post-warm-up draws in
@@ -8,15 +10,16 @@ total. Mixing is measured on identifiable quantities only (network weights are
 permutation- and sign-symmetric, so their ESS means nothing): the ESS of ``lp``
 and of the predictive mean f(x*) at 20 test inputs; the score is the minimum of
 the two, divided by wall time. All engines run in one process, one after
-another, so their ratios are measured under the same conditions.
+another, seeds interleaved, so their ratios are measured under the same conditions.
 
 Compile times count: a compiled run's wall time includes its compiling calls
 (also reported alone, ``compile_s``), and the inductor cache starts empty (a
 fresh directory) unless ``--warm-cache``, so the first compiled run pays the
-full C++ build, as NumPyro's first run pays its XLA compilation.
+full C++ build, as NumPyro's and BlackJAX's first runs pay their XLA compilation.
 
 Usage: ``python benchmarks/bench_sampling.py [--draws 1000] [--warmup 500]
-[--chees-chains 8 16] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1] [--no-compile]
+[--chees-chains 8 16 32] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1] [--modes default eager compiled]
+[--skip-blackjax]
 [--skip-stock] [--skip-fast-nuts] [--retable]``; writes ``benchmarks/results/sampling.{json,md}``.
 """
 
