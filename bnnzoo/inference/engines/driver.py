@@ -128,7 +128,9 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
 def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
                  options: dict, checkpoint: Checkpoint | None = None) -> Draws:
     """Pyro's NUTS/HMC (bnnzoo's recording subclasses): on the BNN's batched potential when
-    ``fast``, with initial points drawn like bnnzoo's kernels draw theirs."""
+    ``fast``, with initial points drawn like bnnzoo's kernels draw theirs. Pyro's chains run in
+    worker processes on the CPU; with a checkpoint, or on a GPU (which a forked worker cannot
+    use), one after another in this process."""
     opts = engine.kernel.Options(**options)
     kwargs = opts.pyro_kwargs(model)
     initial = None
@@ -143,7 +145,8 @@ def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_c
     _externals(checkpoint, potential=potential, model=model, x=x, y=y)
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
                 initial_params=initial, transforms=potential.transforms,
-                chain_method="sequential" if checkpoint is not None else "parallel", checkpoint=checkpoint,
+                chain_method="sequential" if checkpoint is not None or x.device.type != "cpu" else "parallel",
+                checkpoint=checkpoint,
                 **_progress(engine, progress, warmup_steps, num_samples, num_chains))
     mcmc.run(x, y)
     return split_mcmc(mcmc)
