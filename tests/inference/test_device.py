@@ -165,6 +165,17 @@ def test_chees_reads_a_transition_once_per_draw():
     assert _reads_per_draw(short) == _reads_per_draw(long)
 
 
+def test_statistics_cross_to_the_host_in_one_block_with_their_dtypes():
+    from bnnzoo.inference.kernels.base import _in_one_transfer
+
+    stats = {"acceptance_rate": torch.rand(4, 1), "diverging": torch.tensor([[True], [False], [True], [False]]),
+             "n_steps": torch.tensor([[3], [2 ** 40], [0], [7]]), "inclusion": torch.rand(4, 3, dtype=torch.float64)}
+    host = _in_one_transfer(stats)
+    assert list(host) == list(stats)
+    for name, value in stats.items():
+        assert host[name].dtype == value.dtype and torch.equal(host[name], value), name
+
+
 # ------------------------------------------------------------- the keywords
 @pytest.mark.parametrize("value", ["cuda:7", "tpu", "nonsense", "meta", 3]
                          + ([] if torch.cuda.is_available() else ["cuda"]))

@@ -43,8 +43,6 @@ from ..options import Options, integer, option, positive
 __all__ = ["BaseOptions", "FlatKernel", "metropolis_accept"]
 
 Tensor = torch.Tensor
-#: NumPy dtypes of the non-floating statistics (sent to the host as float64, exact for these)
-_NUMPY_DTYPES = {torch.bool: np.bool_, torch.int32: np.int32, torch.int64: np.int64, torch.uint8: np.uint8}
 
 
 @dataclass(frozen=True)
@@ -245,18 +243,20 @@ class FlatKernel(MCMCKernel):
     def _host_row(self, stats: Mapping[str, Tensor | float | bool | int]) -> dict[str, np.ndarray]:
         """One draw's statistics on the host, each ``[C]`` (a scalar per chain) or ``[C, k]`` (a vector
         per chain), floats as float64 (one float dtype for every statistic of every engine, as Pyro's
-        NUTS gives). The tensors come over in one transfer (on a GPU: one synchronisation per draw);
-        a Python number is that value for every chain."""
-        tensors = {k: v.detach().reshape(self.num_chains, -1) for k, v in stats.items() if torch.is_tensor(v)}
-        row = {k: np.full(self.num_chains, v, dtype=np.float64 if isinstance(v, float) else None)
-               for k, v in stats.items() if k not in tensors}
-        if tensors:
-            joined = torch.cat([t.double() for t in tensors.values()], dim=1).cpu().numpy()
-            ends = np.cumsum([t.shape[1] for t in tensors.values()])[:-1]
-            for (k, t), v in zip(tensors.items(), np.split(joined, ends, axis=1)):
-                v = v if t.is_floating_point() else v.astype(_NUMPY_DTYPES.get(t.dtype, np.int64))
-                row[k] = v[:, 0] if v.shape[1] == 1 else v
-        return {k: row[k] for k in stats}  # in the kernel's order
+        NUTS gives). Tensors on a device come over in one transfer (:func:`_on_host`: one
+        synchronisation per draw); a Python number is that value for every chain."""
+        tensors = _on_host({k: v.detach().reshape(self.num_chains, -1) for k, v in stats.items()
+                            if torch.is_tensor(v)})
+        row = {}
+        for k, v in stats.items():
+            if k not in tensors:
+                row[k] = np.full(self.num_chains, v, dtype=np.float64 if isinstance(v, float) else None)
+                continue
+            v = tensors[k].numpy()
+            if v.dtype.kind == "f" and v.dtype != np.float64:
+                v = v.astype(np.float64)
+            row[k] = v[:, 0] if v.shape[1] == 1 else v
+        return row
 
     # ----------------------------------------------------------- reporting
     @staticmethod
@@ -289,6 +289,22 @@ class FlatKernel(MCMCKernel):
             acc = float(np.mean([r["acceptance_rate"].mean() for r in recent])) if recent else float("nan")
             log["acc. prob"] = f"{acc:.3f}"
         return log
+
+
+def _on_host(tensors: Mapping[str, Tensor]) -> Mapping[str, Tensor]:
+    """``[C, k]`` tensors on the CPU: from a device in one transfer (:func:`_in_one_transfer`),
+    CPU tensors as they are."""
+    if not tensors or next(iter(tensors.values())).device.type == "cpu":
+        return tensors
+    return _in_one_transfer(tensors)
+
+
+def _in_one_transfer(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """``[C, k]`` tensors on the CPU through one float64 block (exact for the integer and boolean
+    statistics), each back in its dtype."""
+    joined = torch.cat([t.double() for t in tensors.values()], dim=1).cpu()
+    parts = torch.split(joined, [t.shape[1] for t in tensors.values()], dim=1)
+    return {k: part.to(t.dtype) for (k, t), part in zip(tensors.items(), parts)}
 
 
 def metropolis_accept(log_ratio: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
