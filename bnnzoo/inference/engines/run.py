@@ -128,7 +128,7 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
         the run creates, the data (cast where they differ; the cast is in ``Run.notes["cast"]``)
         and the draws and statistics. None: torch's default dtype.
     device : torch.device or str, optional
-        Where the run computes (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``): every tensor the run
+        Where the run computes (``"cpu"``, ``"cuda"``, ``"cuda:1"``): every tensor the run
         creates lives there, the data are moved there (the move is in ``Run.notes["cast"]``) and the
         device is in ``Run.notes["device"]``. None: where the data are (a data set loaded by name: the
         CPU). A device this machine does not have is an error before anything runs. The returned
