@@ -9,7 +9,7 @@ seconds its compiling calls took are reported alone), and NumPyro's jitted
 gradient when jax/numpyro are installed (``pip install -e .[bench]``). All in
 one run, so ratios are fair.
 
-Usage: ``python benchmarks/bench_gradient.py [--quick] [--no-compile]``; writes
+Usage: ``python benchmarks/bench_gradient.py [--quick] [--no-compile] [--device cuda]``; writes
 ``benchmarks/results/gradient.{json,md}``.
 """
 
@@ -24,7 +24,7 @@ import torch
 from pyro.infer.mcmc.util import initialize_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, markdown_table, time_call, write_results  # noqa: E402
+from common import add_device_argument, machine, markdown_table, time_call, write_results  # noqa: E402
 import numpyro_models as npm  # noqa: E402
 
 from bnnzoo.data import load  # noqa: E402
@@ -58,9 +58,9 @@ def pyro_jit_call(model, x, y):
     return call
 
 
-def measure(name, spec, data, widths, activation, likelihood, min_time, compile=True):
+def measure(name, spec, data, widths, activation, likelihood, min_time, compile=True, device="cpu"):
     model = BNN(spec)
-    x, y = data.x_train, data.y_train
+    x, y = data.x_train.to(device), data.y_train.to(device)
     fast = BNNPotential(model, x, y)
     slow = PyroPotential(model, (x, y))
     theta = initial_theta(fast, 1)[0]
@@ -81,8 +81,9 @@ def measure(name, spec, data, widths, activation, likelihood, min_time, compile=
         row["compile_s"] = compiled.compile_seconds
     if npm.AVAILABLE:
         nmodel, _ = npm.mlp_model(widths, activation, likelihood)
-        yj = npm.as_jax(y.numpy()) if likelihood == "gaussian" else npm.as_jax(y.numpy()).astype("int32")
-        row["numpyro_us"] = 1e6 * time_call(npm.value_and_grad_fn(nmodel, npm.as_jax(x.numpy()), yj), min_time)
+        xh, yh = data.x_train.numpy(), data.y_train.numpy()  # NumPyro on its own default device
+        yj = npm.as_jax(yh) if likelihood == "gaussian" else npm.as_jax(yh).astype("int32")
+        row["numpyro_us"] = 1e6 * time_call(npm.value_and_grad_fn(nmodel, npm.as_jax(xh), yj), min_time)
     row["speedup_fast_vs_pyro"] = row["pyro_us"] / row["fast_1_us"]
     if "numpyro_us" in row:
         row["fast_32_vs_numpyro"] = row["fast_32_us_per_chain"] / row["numpyro_us"]
@@ -97,19 +98,21 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="shorter timing windows")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--no-compile", action="store_true", help="skip the compile=True rows")
+    add_device_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     min_time = 0.3 if args.quick else 1.5
     rows = []
     for name, (spec, data, widths, act, lik) in problems().items():
-        rows += measure(name, spec, data, widths, act, lik, min_time, compile=not args.no_compile)
+        rows += measure(name, spec, data, widths, act, lik, min_time, compile=not args.no_compile,
+                        device=args.device)
         print(rows[-1], flush=True)
     columns = ["model", "D", "N", "pyro_us", "pyro_jit_us", "fast_1_us"] + \
         [f"fast_{c}_us_per_chain" for c in CHAINS] + ["compiled_1_us"] + \
         [f"compiled_{c}_us_per_chain" for c in CHAINS] + \
         ["compile_s", "numpyro_us", "speedup_fast_vs_pyro", "fast_32_vs_numpyro", "compiled_32_vs_numpyro"]
     table = markdown_table(rows, columns)
-    payload = {"machine": machine(), "rows": rows, "numpyro": npm.AVAILABLE}
+    payload = {"machine": machine(args.device), "rows": rows, "numpyro": npm.AVAILABLE}
     js, md = write_results("gradient", payload, table)
     print(table)
     print(f"wrote {js} and {md}")

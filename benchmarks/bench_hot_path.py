@@ -13,8 +13,9 @@ one intra-op thread:
 * ``chees run``: ``run(engine="chees")`` with 8 chains, 100 + 100 iterations,
   wall time per leapfrog step (the kernel's overhead included).
 
-Reports the median over rounds of each tree and their ratio. Usage:
-``python benchmarks/bench_hot_path.py [--against REV] [--rounds 5]``; writes
+Reports the median over rounds of each tree and their ratio. ``--device cuda``: the data, and so
+every tree's computation, on the GPU. Usage:
+``python benchmarks/bench_hot_path.py [--against REV] [--rounds 5] [--device cpu]``; writes
 ``benchmarks/results/hot_path.{json,md}``.
 """
 
@@ -31,13 +32,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, markdown_table, write_results  # noqa: E402
+from common import add_device_argument, machine, markdown_table, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Runs inside one tree: only API that every version since the compile commit has.
+# Runs inside one tree: only API that every version since the compile commit has (the device
+# reaches the code through the data's tensors, never a keyword).
 PROBE = r"""
-import json, sys, time
+import dataclasses, json, sys, time
 import numpy as np, pyro, torch
 torch.set_num_threads(1)
 from bnnzoo.data import load
@@ -45,23 +47,32 @@ from bnnzoo.inference import FixedStepHMC, run
 from bnnzoo.inference.potential import BNNPotential, initial_theta
 from bnnzoo.models import BNN, zoo
 
+DEVICE = torch.device(sys.argv[1])
+
+def sync():
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
 def per_call(fn, n):
     fn(); fn()
     best = []
     for _ in range(5):
+        sync()
         start = time.perf_counter()
         for _ in range(n):
             fn()
+        sync()
         best.append((time.perf_counter() - start) / n)
     return float(np.median(best))
 
 data = load("cosine", seed=0)
+data = dataclasses.replace(data, **{f: getattr(data, f).to(DEVICE) for f in ("x_train", "y_train", "x_test", "y_test")})
 model = BNN(zoo.cosine_mlp())
 potential = BNNPotential(model, data.x_train, data.y_train)
 pyro.set_rng_seed(0)
 theta = initial_theta(potential, 8)
 value, grad = potential.value_and_grad(theta)
-p, inv_mass = torch.randn_like(theta), torch.ones(theta.shape[-1])
+p, inv_mass = torch.randn_like(theta), torch.ones(theta.shape[-1], device=theta.device)
 out = {"value_and_grad": per_call(lambda: potential.value_and_grad(theta), 200),
        "leapfrog_step": per_call(lambda: potential.leapfrog_step(theta, p, grad, 1e-3, inv_mass), 200)}
 kernel = FixedStepHMC(potential=potential, step_size=1e-3, num_steps=20, num_chains=8)
@@ -81,8 +92,8 @@ print(json.dumps(out))
 METRICS = ("value_and_grad", "leapfrog_step", "fixed_hmc transition", "chees run")
 
 
-def probe(tree: Path) -> dict:
-    done = subprocess.run([sys.executable, "-c", PROBE], cwd=tree, capture_output=True, text=True,
+def probe(tree: Path, device: torch.device) -> dict:
+    done = subprocess.run([sys.executable, "-c", PROBE, str(device)], cwd=tree, capture_output=True, text=True,
                           env={"PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
     if done.returncode:
         raise RuntimeError(f"probe failed in {tree}:\n{done.stderr[-2000:]}")
@@ -93,6 +104,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", default="HEAD~1", help="the commit to compare with (default HEAD~1)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating measurements of each tree")
+    add_device_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # what the probes use; machine() reports it
     rev = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True,
@@ -105,7 +117,7 @@ def main(argv=None):
             for i in range(args.rounds):
                 order = ("old", "new") if i % 2 == 0 else ("new", "old")
                 for name in order:
-                    runs[name].append(probe(old if name == "old" else ROOT))
+                    runs[name].append(probe(old if name == "old" else ROOT, args.device))
                     print(f"round {i + 1}/{args.rounds} {name}: {runs[name][-1]}", flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
@@ -117,7 +129,7 @@ def main(argv=None):
         rows.append({"metric": metric + " (us)", f"old {rev}": old_us, "new": new_us,
                      "median new/old": statistics.median(ratios)})
     table = markdown_table(rows, ["metric", f"old {rev}", "new", "median new/old"])
-    payload = {"machine": machine(), "against": rev, "rounds": args.rounds, "runs": runs, "rows": rows,
+    payload = {"machine": machine(args.device), "against": rev, "rounds": args.rounds, "runs": runs, "rows": rows,
                "settings": {"threads": 1, "chains": 8, "model": "cosine_mlp"}}
     write_results("hot_path", payload, table)
     print(table)

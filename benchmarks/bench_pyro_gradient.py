@@ -11,7 +11,7 @@ one chain, 1 torch thread:
   5, same seed: both paths follow the same trajectories up to rounding).
 
 The two paths alternate within each of ``--rounds`` rounds; medians are reported
-with their ratio. Writes ``benchmarks/results/pyro_gradient.{json,md}``.
+with their ratio. ``--device cuda``: both on the GPU. Writes ``benchmarks/results/pyro_gradient.{json,md}``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, markdown_table, time_call, write_results  # noqa: E402
+from common import add_device_argument, machine, markdown_table, time_call, write_results  # noqa: E402
 
 from pyro.infer.mcmc.util import potential_grad  # noqa: E402
 
@@ -40,13 +40,13 @@ def _autograd(potential):
     return lambda params: potential(potential.flatten(params))
 
 
-def measure(rounds: int, draws: int) -> list[dict]:
+def measure(rounds: int, draws: int, device="cpu") -> list[dict]:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     rows = []
     for name, model, data in (("cosine MLP", BNN(zoo.cosine_mlp()), load("cosine", seed=0)),
                               ("digits MLP", BNN(zoo.digits_mlp()), load("digits", seed=0))):
-        potential = BNNPotential(model, data.x_train, data.y_train)
+        potential = BNNPotential(model, data.x_train, data.y_train, device=device)
         params = potential.unflatten(initial_theta(potential, 1, 1.0)[0])
         grad = {"analytic": [], "autograd": []}
         nuts = {"analytic": [], "autograd": []}
@@ -60,7 +60,7 @@ def measure(rounds: int, draws: int) -> list[dict]:
                 try:
                     start = time.perf_counter()
                     result = run(model, data, engine="nuts", num_samples=draws, warmup_steps=draws, num_chains=1,
-                                 max_tree_depth=5, progress=False, threads=1)
+                                 max_tree_depth=5, progress=False, threads=1, device=device)
                     wall = time.perf_counter() - start
                 finally:
                     BNNPotential.potential_fn = original
@@ -80,11 +80,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--draws", type=int, default=30)
+    add_device_argument(parser)
     args = parser.parse_args(argv)
-    rows = measure(args.rounds, args.draws)
+    rows = measure(args.rounds, args.draws, args.device)
     table = markdown_table(rows, list(rows[0]))
     print(table)
-    write_results("pyro_gradient", {"machine": machine(), "rounds": args.rounds, "draws": args.draws,
+    write_results("pyro_gradient", {"machine": machine(args.device), "rounds": args.rounds, "draws": args.draws,
                                     "rows": rows}, table)
 
 

@@ -20,7 +20,7 @@ full C++ build, as NumPyro's and BlackJAX's first runs pay their XLA compilation
 Usage: ``python benchmarks/bench_sampling.py [--draws 1000] [--warmup 500]
 [--chees-chains 8 16 32] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1] [--modes default eager compiled]
 [--skip-blackjax]
-[--skip-stock] [--skip-fast-nuts] [--retable]``; writes ``benchmarks/results/sampling.{json,md}``.
+[--skip-stock] [--skip-fast-nuts] [--device cuda] [--retable]``; writes ``benchmarks/results/sampling.{json,md}``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, machine, markdown_table, write_results  # noqa: E402
+from common import RESULTS, add_device_argument, machine, markdown_table, write_results  # noqa: E402
 import numpyro_models as npm  # noqa: E402
 
 from bnnzoo.data import load  # noqa: E402
@@ -77,11 +77,11 @@ def ungated_ess_per_s(row: dict) -> float:
     return min(row["ess_lp"], row["ess_f_min"]) / row["wall_s"]
 
 
-def bnnzoo_engine(label, data, engine, num_chains, draws, warmup, seed, **options):
+def bnnzoo_engine(label, data, engine, num_chains, draws, warmup, seed, device="cpu", **options):
     spec = zoo.cosine_mlp(hidden=50)
     start = time.perf_counter()
     r = run(spec, data, engine=engine, num_samples=draws // num_chains, warmup_steps=warmup,
-            num_chains=num_chains, seed=seed, **options)
+            num_chains=num_chains, seed=seed, device=device, **options)
     wall = time.perf_counter() - start
     f = r.predict(X_STAR)[..., 0]
     stats = r.sample_stats
@@ -177,6 +177,7 @@ def main(argv=None):
                         help="keep the inductor cache of earlier processes (default: a fresh, empty one)")
     parser.add_argument("--retable", action="store_true",
                         help="run nothing: rewrite the table from the runs in results/sampling.json")
+    add_device_argument(parser)
     args = parser.parse_args(argv)
     if args.retable:
         saved = json.loads((RESULTS / "sampling.json").read_text())
@@ -195,18 +196,18 @@ def main(argv=None):
         for chains in args.chees_chains:
             label = f"bnnzoo chees, {chains} chains" + ("" if mode == "default" else f", {mode}")
             plan.append(lambda seed, chains=chains, label=label, options=options: bnnzoo_engine(
-                label, data, "chees", chains, args.draws, args.chees_warmup, seed, **options))
+                label, data, "chees", chains, args.draws, args.chees_warmup, seed, args.device, **options))
     if npm.AVAILABLE and not args.skip_blackjax and importlib.util.find_spec("blackjax"):
         for chains in args.chees_chains:
             plan.append(lambda seed, chains=chains: blackjax_chees(data, chains, args.draws, args.chees_warmup,
                                                                    seed))
     if not args.skip_fast_nuts:
         slow.append(lambda seed: bnnzoo_engine("pyro NUTS, fast potential", data, "nuts", 2, args.draws,
-                                               args.warmup, seed))
+                                               args.warmup, seed, args.device))
     if not args.skip_stock:
         stock = args.stock_draws or args.draws
         slow.append(lambda seed: bnnzoo_engine("pyro NUTS, stock", data, "nuts", 2, stock,
-                                               min(args.warmup, stock // 2), seed, fast=False))
+                                               min(args.warmup, stock // 2), seed, args.device, fast=False))
     # seeds interleaved, so a drift in machine load hits every engine alike; the slow engines last;
     # results are written after every run, so a long run keeps what it measured
     schedule = [(seed, m) for seed in range(args.seeds) for m in plan]
@@ -261,7 +262,8 @@ def report(rows: list[dict], args, machine_info: dict | None = None) -> str:
               f"(later runs reuse the graphs). ungated_ess_per_s: min ESS / wall time without the gate; "
               f"vs_stock_pyro divides by stock Pyro's ungated rate (the more generous one to it). nrhat_max: "
               f"nested R-hat (4 superchains) of lp and f, worst over seeds, beside the split-R-hat gate.")
-    payload = {"machine": machine_info or machine(), "settings": vars(args), "summary": lines, "rows": rows}
+    payload = {"machine": machine_info or machine(getattr(args, "device", "cpu")), "settings": vars(args),
+               "summary": lines, "rows": rows}
     js, md = write_results("sampling", payload, table)
     print(f"wrote {js} and {md}", flush=True)
     return table

@@ -7,7 +7,8 @@ points), 8 chains, one batched value and gradient of the potential is timed with
 ("quiet") and while a second process burns one core ("loaded"). The settings
 alternate inside each round (``--rounds``), medians over rounds are reported,
 with each setting's ratio to the best setting of its row. Usage:
-``python benchmarks/bench_threads.py [--rounds 5]``; writes
+``python benchmarks/bench_threads.py [--rounds 5] [--device cpu]`` (threads matter on the CPU; on a
+GPU the rows time the device with each host thread count); writes
 ``benchmarks/results/threads.{json,md}``.
 """
 
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, markdown_table, time_call, write_results  # noqa: E402
+from common import add_device_argument, machine, markdown_table, time_call, write_results  # noqa: E402
 
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.inference.potential import BNNPotential, initial_theta  # noqa: E402
@@ -44,7 +45,7 @@ def _problems():
     return {"cosine MLP": (BNN(zoo.cosine_mlp()), cosine), "digits MLP": (BNN(zoo.digits_mlp()), digits)}
 
 
-def measure(rounds: int) -> list[dict]:
+def measure(rounds: int, device="cpu") -> list[dict]:
     rows = []
     cores = _cores()
     for load_name in ("quiet", "loaded"):
@@ -54,7 +55,7 @@ def measure(rounds: int) -> list[dict]:
             burner.start()
             time.sleep(2.0)  # let the load average notice (auto reads it)
         for name, (model, data) in _problems().items():
-            potential = BNNPotential(model, data.x_train, data.y_train)
+            potential = BNNPotential(model, data.x_train, data.y_train, device=device)
             theta = initial_theta(potential, CHAINS, 1.0)
             work = work_per_gradient(model, len(data.x_train), CHAINS)
             settings = {"1 thread": 1, f"{cores} threads": cores}
@@ -81,12 +82,14 @@ def measure(rounds: int) -> list[dict]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    add_device_argument(parser)
     args = parser.parse_args(argv)
-    rows = measure(args.rounds)
+    rows = measure(args.rounds, args.device)
     columns = list(rows[0])
     table = markdown_table(rows, columns)
     print(table)
-    write_results("threads", {"machine": machine(), "chains": CHAINS, "rounds": args.rounds, "rows": rows}, table)
+    write_results("threads", {"machine": machine(args.device), "chains": CHAINS, "rounds": args.rounds,
+                              "rows": rows}, table)
 
 
 if __name__ == "__main__":

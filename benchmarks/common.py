@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -16,9 +17,31 @@ import torch
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def machine() -> dict:
-    """What the numbers were measured on."""
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    """``--device``: where bnnzoo computes (``cpu``, ``cuda``, ``cuda:N``; default cpu), checked at once."""
+    from bnnzoo.validation import device
+
+    def checked(text: str) -> torch.device:
+        try:
+            return device("--device", text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    parser.add_argument("--device", type=checked, default=torch.device("cpu"),
+                        help="where bnnzoo computes: cpu, cuda or cuda:N (default cpu)")
+
+
+def synchronize() -> None:
+    """Wait for the GPU's queued work (nothing on a CPU-only run): a timer must not stop before it."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def machine(device: torch.device | str = "cpu") -> dict:
+    """What the numbers were measured on (``device``: where bnnzoo computed)."""
+    device = torch.device(device)
     info = {
+        "device": str(device),
         "date": datetime.date.today().isoformat(),
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
@@ -34,27 +57,34 @@ def machine() -> dict:
             info["processor"] = names[0]
     except OSError:
         pass
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
     return info
 
 
 def time_call(fn: Callable[[], object], min_time: float = 0.5, repeats: int = 5) -> float:
-    """Median seconds per call over ``repeats`` batches, each lasting at least ``min_time``."""
+    """Median seconds per call over ``repeats`` batches, each lasting at least ``min_time``
+    (GPU work included: each batch ends when the device has finished)."""
     fn()
     fn()
     n = 1
     while True:
+        synchronize()
         start = time.perf_counter()
         for _ in range(n):
             fn()
+        synchronize()
         elapsed = time.perf_counter() - start
         if elapsed >= min_time / repeats or n > 1_000_000:
             break
         n *= 2
     batches = []
     for _ in range(repeats):
+        synchronize()
         start = time.perf_counter()
         for _ in range(n):
             fn()
+        synchronize()
         batches.append((time.perf_counter() - start) / n)
     return statistics.median(batches)
 
@@ -65,7 +95,8 @@ def write_results(name: str, payload: dict, table: str) -> tuple[Path, Path]:
     js, md = RESULTS / f"{name}.json", RESULTS / f"{name}.md"
     js.write_text(json.dumps(payload, indent=2, default=str))
     m = payload["machine"]
-    md.write_text(f"{table}\n\nMeasured {m['date']} on {m['processor']} ({m['cpus']} CPUs), "
+    gpu = f", bnnzoo on {m['device']} ({m['gpu']})" if "gpu" in m else ""
+    md.write_text(f"{table}\n\nMeasured {m['date']} on {m['processor']} ({m['cpus']} CPUs){gpu}, "
                   f"Python {m['python']}, torch {m['torch']} ({m['torch_threads']} threads).\n")
     return js, md
 

@@ -89,7 +89,7 @@ def _compare(plan: dict, out: str, title: str, description: str, progress: bool,
         table, runs = compare(plan["spec"], data, engines=plan["engines"], seed=seed, progress=progress,
                               checkpoint=out, resume=resume, checkpoint_every=checkpoint_every,
                               checkpoint_seconds=checkpoint_seconds, threads=threads, dtype=plan.get("dtype"),
-                              **common)
+                              device=plan.get("device"), **common)
     except KeyboardInterrupt as stop:
         runs = getattr(stop, "runs", {})
         if runs:
@@ -105,17 +105,21 @@ def _compare(plan: dict, out: str, title: str, description: str, progress: bool,
 
 def cmd_demo(args) -> int:
     plan = demo_plan(quick=args.quick)
+    if args.device is not None:
+        plan["device"] = validation.device("--device", args.device)
     return _compare(plan, args.out, DEMO_TITLE, DEMO_DESCRIPTION, progress=not args.no_progress,
-                    again="bnnzoo demo" + (" --quick" if args.quick else ""), **_checkpointing(args))
+                    again="bnnzoo demo" + (" --quick" if args.quick else "") + _device_flag(args),
+                    **_checkpointing(args))
 
 
-def read_run_file(path: str | Path) -> dict:
+def read_run_file(path: str | Path, device: str | None = None) -> dict:
     """Read a run file: ``[model]`` (a spec), ``[data]``, ``[[engines]]``, an optional ``[run]``
-    table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``, ``dtype`` (``"float64"``), and an optional
-    top-level ``description = "..."`` (the report's description; without it, a summary of the
-    model, data and engines). Every table is checked before anything runs (the data set's values
-    by its loader): a ``ValueError`` naming the table, the key and the value. The plan has the
-    file's own text as ``text``."""
+    table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``, ``dtype`` (``"float64"``),
+    ``device`` (``"cuda"``), and an optional top-level ``description = "..."`` (the report's
+    description; without it, a summary of the model, data and engines). ``device`` (the CLI's
+    ``--device``) replaces the file's. Every table is checked before anything runs (the data set's
+    values by its loader): a ``ValueError`` naming the table, the key and the value. The plan has
+    the file's own text as ``text``."""
     from .data import check_load
     from .inference import check_run
     from .inference.engines import COUNTS
@@ -133,7 +137,7 @@ def read_run_file(path: str | Path) -> dict:
     if "model" not in doc:
         raise ValueError(f"{path}: missing the [model] table")
     settings = doc.get("run", {})
-    keys = list(COUNTS) + ["dtype"]
+    keys = list(COUNTS) + ["dtype", "device"]
     if not isinstance(settings, dict):
         raise ValueError(f"[run]: expected a table of {', '.join(keys)}, got {settings!r}")
     bad = sorted(set(settings) - set(keys))
@@ -145,6 +149,10 @@ def read_run_file(path: str | Path) -> dict:
         resolve_dtype(dtype)
     except ValueError as err:
         raise ValueError(f"[run] {err}") from None
+    in_file = settings.pop("device", None)
+    field, device = ("--device", device) if device is not None else ("[run] device", in_file)
+    if device is not None:
+        device = validation.device(field, device)
     for key, value in settings.items():
         minimum, maximum = COUNTS[key]
         validation.integer(f"[run] {key}", value, minimum, maximum=maximum)
@@ -174,16 +182,21 @@ def read_run_file(path: str | Path) -> dict:
                        f"`{name}`{f' ({data_keys})' if data_keys else ''}; engines: {', '.join(kinds)}"
                        f"{'; ' + counts if counts else ''}.")
     return {"spec": spec, "data": doc.get("data"), "engines": engines, "description": description.strip(),
-            "text": Path(path).read_text(), "dtype": dtype, **settings}
+            "text": Path(path).read_text(), "dtype": dtype, "device": device, **settings}
 
 
 def cmd_run(args) -> int:
-    plan = read_run_file(args.spec)
+    plan = read_run_file(args.spec, device=args.device)
     description = (f"{plan['description']}\n\nThe run file `{args.spec}`:\n\n```toml\n"
                    f"{plan['text'].rstrip()}\n```")
     return _compare(plan, args.out, f"bnnzoo run {Path(args.spec).name}", description,
-                    progress=not args.no_progress, again=f"bnnzoo run {args.spec}",
+                    progress=not args.no_progress, again=f"bnnzoo run {args.spec}{_device_flag(args)}",
                     **_checkpointing(args))
+
+
+def _device_flag(args) -> str:
+    """``--device`` as given (to repeat on ``--resume``)."""
+    return f" --device {args.device}" if args.device is not None else ""
 
 
 def _checkpointing(args) -> dict:
@@ -198,6 +211,9 @@ def _add_checkpoint_arguments(p) -> None:
                    help="save the running engine's state every N iterations (default: by time only)")
     p.add_argument("--checkpoint-seconds", type=float, default=30.0, metavar="T",
                    help="save the running engine's state every T seconds (default 30)")
+    p.add_argument("--device", default=None, metavar="DEVICE",
+                   help="where the engines compute: cpu, cuda or cuda:N (default: [run] device of a run file, "
+                        "else cpu)")
 
 
 def _latex(math: str) -> str:

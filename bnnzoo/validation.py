@@ -17,8 +17,10 @@ import math
 import numbers
 from typing import Any, Callable, Iterable
 
-__all__ = ["at_least", "boolean", "count", "finite", "fraction", "in_interval", "integer", "is_real", "one_of", "positive",
-           "probability", "value_error"]
+import torch
+
+__all__ = ["at_least", "available_devices", "boolean", "count", "device", "finite", "float_dtype", "fraction",
+           "in_interval", "integer", "is_real", "one_of", "positive", "probability", "value_error"]
 
 ErrorFactory = Callable[[str, str], Exception]
 
@@ -106,3 +108,39 @@ def one_of(field: str, value: Any, choices: Iterable, error: ErrorFactory = valu
     hashable = not isinstance(value, (list, dict, set))
     if not (hashable and value in choices):
         raise error(field, f"{value!r}: choose one of {', '.join(map(str, choices))}")
+
+
+def float_dtype(field: str, value: Any, error: ErrorFactory = value_error) -> torch.dtype:
+    """A torch floating dtype, or its name (``"float64"``), returned as the dtype."""
+    dtype = getattr(torch, value, value) if isinstance(value, str) else value
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise error(field, f"must be a torch floating dtype (torch.float32, torch.float64 or its name), got {value!r}")
+    return dtype
+
+
+def available_devices() -> list[str]:
+    """The devices bnnzoo can run on here: ``"cpu"`` and each CUDA device as ``"cuda:index"``."""
+    cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    return ["cpu"] + cuda
+
+
+def device(field: str, value: Any, error: ErrorFactory = value_error) -> torch.device:
+    """A device this machine has, as a ``torch.device`` or its name (``"cpu"``, ``"cuda"``, ``"cuda:1"``):
+    returned with its index (``"cuda"``: the current CUDA device), the CPU as ``cpu``."""
+    here = ", ".join(available_devices())
+    try:
+        parsed = torch.device(value) if isinstance(value, (str, torch.device)) else None
+    except RuntimeError:
+        parsed = None
+    if parsed is None:
+        raise error(field, f"{value!r} is not a torch device; this machine has: {here}")
+    if parsed.type == "cpu":
+        return torch.device("cpu")
+    if parsed.type != "cuda":
+        raise error(field, f"{value!r}: bnnzoo runs on the CPU or a CUDA GPU; this machine has: {here}")
+    index = parsed.index
+    if index is None and torch.cuda.is_available():
+        index = torch.cuda.current_device()
+    if f"cuda:{index}" not in here.split(", "):
+        raise error(field, f"{value!r} is not available; this machine has: {here}")
+    return torch.device("cuda", index)

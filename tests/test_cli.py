@@ -245,3 +245,25 @@ def test_run_file_dtype(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "[run] dtype must be a torch floating dtype" in proc.stderr
     assert not (tmp_path / "o2").exists()
+
+
+def test_run_file_device_and_the_device_option(tmp_path, capsys):
+    """``[run] device`` and ``--device`` (which wins): the device is in every run's attributes; a device
+    this machine lacks is named, with where it was given, before anything runs."""
+    import torch
+
+    tiny = CTRL_C_RUN.replace("num_samples = 400", "num_samples = 5").replace("warmup_steps = 100", "warmup_steps = 5")
+    spec = tmp_path / "run.toml"
+    spec.write_text(tiny.replace("num_chains = 2", 'num_chains = 2\ndevice = "cpu"'))
+    assert main(["run", str(spec), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert az.from_netcdf(str(tmp_path / "out" / "rwmh.nc")).posterior.attrs["device"] == "cpu"
+    spec.write_text(tiny.replace("num_chains = 2", 'num_chains = 2\ndevice = "cuda:7"'))
+    assert main(["run", str(spec), "--out", str(tmp_path / "o2"), "--no-progress"]) == 1
+    assert "bnnzoo: error: [run] device 'cuda:7' is not available; this machine has: cpu" in capsys.readouterr().err
+    assert main(["run", str(spec), "--out", str(tmp_path / "o3"), "--device", "tpu"]) == 1
+    assert "bnnzoo: error: --device 'tpu' is not a torch device" in capsys.readouterr().err
+    assert main(["demo", "--quick", "--out", str(tmp_path / "o4"), "--device", "nonsense"]) == 1
+    assert "bnnzoo: error: --device 'nonsense' is not a torch device" in capsys.readouterr().err
+    assert not any((tmp_path / o).exists() for o in ("o2", "o3", "o4"))
+    if not torch.cuda.is_available():  # the file says cuda:7, the option wins
+        assert main(["run", str(spec), "--out", str(tmp_path / "o5"), "--no-progress", "--device", "cpu"]) == 0

@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 
 from bnnzoo import validation as v
 from bnnzoo.models import SpecError
@@ -173,3 +174,43 @@ def test_at_least_accepts_the_bound_and_names_field_and_value():
     for bad in (-1e-9, float("nan"), float("inf"), True, "1"):
         with pytest.raises(ValueError, match=r"sa_offset must be a number >= 0, got "):
             validation.at_least("sa_offset", bad, 0)
+
+
+# ------------------------------------------------------------ devices and dtypes
+@pytest.mark.parametrize("x, want", [("cpu", "cpu"), ("cpu:0", "cpu"), (torch.device("cpu"), "cpu")])
+def test_device_accepts_the_cpu(x, want):
+    assert v.device("device", x) == torch.device(want)
+
+
+@pytest.mark.parametrize("x, detail", [
+    ("tpu", "is not a torch device"), ("nonsense", "is not a torch device"), (3, "is not a torch device"),
+    (None, "is not a torch device"), ("meta", "bnnzoo runs on the CPU or a CUDA GPU"),
+    ("mps", "bnnzoo runs on the CPU or a CUDA GPU"), ("cuda:7", "is not available"),
+], ids=["tpu", "nonsense", "int", "none", "meta", "mps", "cuda-7"])
+def test_device_refuses_what_this_machine_lacks(x, detail):
+    _refuses(v.device, "device", x, message=f"device {x!r}: {detail}" if detail.startswith("bnnzoo") else
+             f"device {x!r} {detail}; this machine has: {', '.join(v.available_devices())}")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA has it")
+def test_device_refuses_cuda_without_a_gpu():
+    assert v.available_devices() == ["cpu"]
+    _refuses(v.device, "--device", "cuda", message="--device 'cuda' is not available; this machine has: cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_device_gives_cuda_its_index():
+    assert v.device("device", "cuda") == torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.mark.parametrize("x, want", [("float64", torch.float64), (torch.float32, torch.float32),
+                                     ("bfloat16", torch.bfloat16)])
+def test_float_dtype_accepts_a_dtype_or_its_name(x, want):
+    assert v.float_dtype("dtype", x) is want
+
+
+@pytest.mark.parametrize("x", [torch.int64, "int32", "double precision", 3, None])
+def test_float_dtype_refuses_the_rest(x):
+    _refuses(v.float_dtype, "dtype", x,
+             message=f"dtype must be a torch floating dtype (torch.float32, torch.float64 or its name), got {x!r}")

@@ -242,6 +242,9 @@ def _from_mcmc(mcmc, model, data) -> _Source:
             raise TypeError(f"data: expected a tuple of model arguments or a Dataset, got {type(data).__name__}")
     if (model is None) != (data is None):
         raise ValueError("to_inference_data: give both model= and data= for the log likelihood, or neither")
+    # the diagnostics compute on the host: data of a run on a GPU come over once
+    args = tuple(a.cpu() if torch.is_tensor(a) else a for a in args)
+    x_test = x_test.cpu() if torch.is_tensor(x_test) else x_test
     kernel = getattr(mcmc, "kernel", None)
     attrs = {
         "engine": type(kernel).__name__ if kernel is not None else "MCMC",
@@ -338,9 +341,9 @@ def _generic_groups(model, samples, args, seed: int):
                 if (site["type"] != "sample" or not site["is_observed"] or name in draw
                         or site["infer"].get("_deterministic")):
                     continue
-                ll.setdefault(name, []).append(np.atleast_1d(site["fn"].log_prob(site["value"]).numpy()))
-                pp.setdefault(name, []).append(np.atleast_1d(site["fn"].sample().numpy()))
-                observed.setdefault(name, np.atleast_1d(site["value"].numpy()))
+                ll.setdefault(name, []).append(np.atleast_1d(site["fn"].log_prob(site["value"]).cpu().numpy()))
+                pp.setdefault(name, []).append(np.atleast_1d(site["fn"].sample().cpu().numpy()))
+                observed.setdefault(name, np.atleast_1d(site["value"].cpu().numpy()))
     shape = lambda rows: np.stack(rows).reshape((chains, draws) + rows[0].shape)  # noqa: E731
     return ({k: shape(v) for k, v in ll.items()}, {k: shape(v) for k, v in pp.items()}, observed)
 
@@ -349,7 +352,7 @@ def _observed_sites(model, args) -> dict[str, np.ndarray]:
     """The observed values of a Pyro model's observed sites (one trace from the prior)."""
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         trace = poutine.trace(model).get_trace(*args)
-    return {name: np.atleast_1d(site["value"].numpy()) for name, site in trace.nodes.items()
+    return {name: np.atleast_1d(site["value"].cpu().numpy()) for name, site in trace.nodes.items()
             if site["type"] == "sample" and site["is_observed"] and not site["infer"].get("_deterministic")}
 
 

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from .. import validation
 from ..diagnostics import to_inference_data
 from ..diagnostics.predictive import predictive_metrics
 from ..diagnostics.summary import mixing
@@ -161,7 +162,7 @@ def save_finished(out: str | Path, label: str, result: Run, table: pd.DataFrame)
 def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 500, warmup_steps: int = 500,
             num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
             checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
-            threads="auto", dtype=None) -> tuple[pd.DataFrame, dict[str, Run]]:
+            threads="auto", dtype=None, device=None) -> tuple[pd.DataFrame, dict[str, Run]]:
     """Run several engines on the same model and data; one row per engine.
 
     Parameters
@@ -188,6 +189,8 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
         torch threads for each run (:func:`bnnzoo.inference.run`).
     dtype : torch.dtype or str, optional
         The floating dtype of every run (:func:`bnnzoo.inference.run`).
+    device : torch.device or str, optional
+        Where every run computes (:func:`bnnzoo.inference.run`); None: where the data are.
 
     Returns
     -------
@@ -217,6 +220,8 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
             raise ValueError(f"engines[{i}] ({kind}): {err}") from None
     if resume and checkpoint is None:
         raise ValueError("resume=True: give the checkpoint folder to continue from (checkpoint=DIR)")
+    if device is not None:
+        device = validation.device("device", device)
     runs: dict[str, Run] = {}
     rows = []
     try:
@@ -226,8 +231,9 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
                 settings.update(checkpoint=Path(checkpoint) / "checkpoints" / safe_label(label), resume=resume,
                                 checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds)
             result = run(model_or_spec, data, engine=kind, progress=progress, threads=threads, dtype=dtype,
-                         **settings, **options)
-            model_or_spec, data = result.model, result.data  # every engine sees the same model and data
+                         device=device, **settings, **options)
+            # every engine sees the same model and data, on the device of the first (a Run's data are on the host)
+            model_or_spec, data, device = result.model, result.data, device or result.notes.get("device")
             runs[label] = result
             rows.append(_row(label, kind, result))
             if checkpoint is not None:

@@ -330,8 +330,15 @@ def kernel_state(kernel) -> dict:
 
 
 def rng_state() -> dict:
-    return pyro.util.get_rng_state()
+    """Pyro's RNG states (torch's CPU generator, Python's, NumPy's) and, once CUDA is in use,
+    every CUDA device's generator."""
+    state = pyro.util.get_rng_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict) -> None:
     pyro.util.set_rng_state(state)
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -127,7 +127,7 @@ def leapfrog(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, 
     else:
         steps, max_steps = None, int(num_steps)
     if value is None:
-        value = torch.full(theta.shape[:-1], float("nan"), dtype=theta.dtype)
+        value = theta.new_full(theta.shape[:-1], float("nan"))
     if step is None:
         def step(theta, p, grad, step_size, inv_mass):
             return leapfrog_step(theta, p, grad, step_size, inv_mass, value_and_grad)

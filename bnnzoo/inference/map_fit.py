@@ -86,7 +86,7 @@ def map_fit(potential: FlatPotential, optimizer: str = "adam", lr: float = 1e-2,
     losses, elapsed = [], 0.0
     for epoch in range(1, num_epochs + 1):
         start = time.perf_counter()
-        for rows in torch.randperm(n).split(batch_size):
+        for rows in torch.randperm(n, device=potential.device).split(batch_size):
             value, grad = potential.minibatch_value_and_grad(param.detach(), rows)
             if not (torch.isfinite(value).all() and torch.isfinite(grad).all()):
                 raise FloatingPointError(f"map_fit ({optimizer}): non-finite loss at epoch {epoch}; lower lr={lr}")

@@ -59,7 +59,7 @@ def moreau_force(w: Tensor, grad_f: Tensor, beta: Tensor, lam: float | Tensor) -
     Equal to :math:`\nabla U` wherever :math:`|w_d| \ge \lambda\beta_d`; linear
     through 0 inside that band.
     """
-    beta = torch.as_tensor(beta, dtype=w.dtype)
+    beta = torch.as_tensor(beta, dtype=w.dtype, device=w.device)
     return grad_f + torch.maximum(torch.minimum(w / lam, beta), -beta)
 
 
@@ -73,7 +73,7 @@ def prox_gradient_force(w: Tensor, grad_f: Tensor, beta: Tensor, lam: float | Te
 
     written in the second form, which has no cancellation when :math:`\lambda` is small.
     """
-    beta = torch.as_tensor(beta, dtype=w.dtype)
+    beta = torch.as_tensor(beta, dtype=w.dtype, device=w.device)
     z = w - lam * grad_f
     outside = z.abs() > lam * beta
     return torch.where(outside, grad_f + beta * torch.sign(z), w / lam)
@@ -104,7 +104,7 @@ def prox_of_potential(w: Tensor, grad_f: Tensor, smooth_grad: GradFn, beta: Tens
     it, :math:`z = \operatorname{prox}_{\lambda\beta|\cdot|}(w - \lambda \nabla f(z_{k-1}))`;
     ``num_iter - 1`` gradient evaluations (``grad_f`` is :math:`\nabla f(w)`).
     """
-    beta = torch.as_tensor(beta, dtype=w.dtype)
+    beta = torch.as_tensor(beta, dtype=w.dtype, device=w.device)
     grad_last = grad_f
     z = soft_threshold(w - lam * grad_last, lam * beta)
     for _ in range(num_iter - 1):
@@ -132,6 +132,6 @@ def moreau_envelope_l1(w: Tensor, beta: Tensor, lam: float) -> Tensor:
     r"""Moreau envelope of :math:`\beta|\cdot|` per chain (the Huber function):
     :math:`\sum_d \min_z \beta_d|z| + (z - w_d)^2/(2\lambda)`. Its gradient is the
     L1 part of :func:`moreau_force`."""
-    beta = torch.as_tensor(beta, dtype=w.dtype)
+    beta = torch.as_tensor(beta, dtype=w.dtype, device=w.device)
     z = soft_threshold(w, lam * beta)
     return (beta * z.abs() + (z - w) ** 2 / (2 * lam)).sum(-1)

@@ -103,7 +103,7 @@ class MagnitudePruning:
 
     def bind(self, potential, num_chains: int) -> "Pruner":
         """The pruning state of one run on ``potential`` with ``num_chains`` chains."""
-        return Pruner(self, _resolve_sites(potential, self.sites), potential.slices, num_chains)
+        return Pruner(self, _resolve_sites(potential, self.sites), potential.slices, num_chains, potential.device)
 
 
 def _resolve_sites(potential, sites: tuple[str, ...] | None) -> tuple[str, ...]:
@@ -125,11 +125,11 @@ class Pruner:
     """Per-run pruning state: one ``[C, n]`` keep-mask per pruned site."""
 
     def __init__(self, config: MagnitudePruning, sites: tuple[str, ...], slices: dict[str, slice],
-                 num_chains: int):
+                 num_chains: int, device: torch.device | None = None):
         self.config = config
         self.sites = sites
         self.slices = {s: slices[s] for s in sites}
-        self.masks = {s: torch.ones(num_chains, sl.stop - sl.start, dtype=torch.bool)
+        self.masks = {s: torch.ones(num_chains, sl.stop - sl.start, dtype=torch.bool, device=device)
                       for s, sl in self.slices.items()}
 
     def step(self, theta: Tensor, k: int) -> Tensor:

@@ -111,11 +111,13 @@ def inverse_temperature_at(k: int, initial: float = 1.0, growth: float = 1.0, ma
     return min(maximum, math.exp(log_tau)) if log_tau < 700.0 else maximum  # exp(700) ~ 1e304
 
 
-def minibatch_rows(num_data: int, batch_size: int, num_chains: int, shared: bool = False) -> Tensor:
-    """Row indices drawn without replacement: ``[B]`` shared by every chain, or ``[C, B]``."""
+def minibatch_rows(num_data: int, batch_size: int, num_chains: int, shared: bool = False,
+                   device: torch.device | None = None) -> Tensor:
+    """Row indices drawn without replacement on ``device`` (the data's): ``[B]`` shared by every
+    chain, or ``[C, B]``."""
     if shared:
-        return torch.randperm(num_data)[:batch_size]
-    return torch.rand(num_chains, num_data).topk(batch_size, dim=-1).indices
+        return torch.randperm(num_data, device=device)[:batch_size]
+    return torch.rand(num_chains, num_data, device=device).topk(batch_size, dim=-1).indices
 
 
 def finite_chains(state: Tensor | tuple[Tensor, ...]) -> Tensor:

@@ -93,13 +93,15 @@ class SpikeSlabState:
     delta: Tensor
 
     @classmethod
-    def initial(cls, num_chains: int, sizes: list[int], v0, v1, sigma, delta) -> "SpikeSlabState":
-        """:math:`\\rho = \\delta`, :math:`\\kappa_0 = (1-\\rho)/v_0`, :math:`\\kappa_1 = \\rho/v_1`."""
-        dtype = torch.get_default_dtype()
-        rho = [torch.full((num_chains, p), float(d), dtype=dtype) for p, d in zip(sizes, delta)]
+    def initial(cls, num_chains: int, sizes: list[int], v0, v1, sigma, delta,
+                device: torch.device | None = None) -> "SpikeSlabState":
+        """:math:`\\rho = \\delta`, :math:`\\kappa_0 = (1-\\rho)/v_0`, :math:`\\kappa_1 = \\rho/v_1`, on
+        ``device`` (None: torch's default) in torch's default dtype."""
+        like = {"dtype": torch.get_default_dtype(), "device": device}
+        rho = [torch.full((num_chains, p), float(d), **like) for p, d in zip(sizes, delta)]
         return cls(rho, [(1 - r) / a for r, a in zip(rho, v0)], [r / b for r, b in zip(rho, v1)],
-                   torch.tensor([list(map(float, sigma))] * num_chains, dtype=dtype),
-                   torch.tensor([list(map(float, delta))] * num_chains, dtype=dtype))
+                   torch.tensor([list(map(float, sigma))] * num_chains, **like),
+                   torch.tensor([list(map(float, delta))] * num_chains, **like))
 
     def where(self, keep_new: Tensor, old: "SpikeSlabState") -> "SpikeSlabState":
         """Per chain: this state where ``keep_new`` ``[C]``, else ``old``."""
@@ -145,7 +147,7 @@ def sa_update(state: SpikeSlabState, betas: list[Tensor], omega: float, v0: list
     kappa1 = [mix(k, r / v1[i]) for i, (k, r) in enumerate(zip(state.kappa1, rho))]
     r_b = torch.stack([(k * beta.abs()).sum(-1) for k, beta in zip(kappa0, betas)], -1)  # [C, L]
     r_c = torch.stack([(k * beta * beta).sum(-1) for k, beta in zip(kappa1, betas)], -1)
-    p = torch.tensor([beta.shape[-1] for beta in betas], dtype=r_b.dtype)
+    p = torch.tensor([beta.shape[-1] for beta in betas], dtype=r_b.dtype, device=r_b.device)
     if scaled_rss is not None:  # regression: sigma^2 is also the noise variance
         r_a = num_data + p.sum() + nu
         sigma_new = sigma_root(r_a, r_b.sum(-1), scaled_rss + r_c.sum(-1) + nu * lam)

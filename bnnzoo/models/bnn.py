@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from pyro.nn import PyroModule
 from pyro.poutine.runtime import get_plates
 
+from .defaults import tensor_defaults
 from .likelihoods import Bernoulli, Likelihood
 from .priors import Site
 from .spec import BNNSpec, Conv2d, spec_from
@@ -92,16 +93,29 @@ class BNN(PyroModule):
             for name, shape in self.param_shapes.items()
             for site in self.spec.prior_for(name).sites(name, shape)
         ] + self.likelihood.sites()
-        # distributions that depend on no other site are built once, without
-        # argument validation: samplers may probe NaN values (step-size search),
-        # which must come back as a NaN density, not an exception
-        with pyro.validation_enabled(False):
-            self._fixed = {site.name: site.dist({}) for site in self.sites if not site.parents}
+        self._fixed: dict[tuple, dict[str, pyro.distributions.Distribution]] = {}
+        self._fixed_on(None, torch.get_default_dtype())  # a spec's distributions are built (and checked) now
 
-    def site_distribution(self, site: Site, values: Mapping[str, torch.Tensor]):
-        """The distribution of ``site`` given the values of its parents."""
-        fixed = self._fixed.get(site.name)
-        return fixed if fixed is not None else site.dist(values)
+    def _fixed_on(self, device: torch.device | None, dtype: torch.dtype) -> dict[str, pyro.distributions.Distribution]:
+        """The distributions of the sites that depend on no other site, on ``device`` (None: torch's
+        default) in ``dtype``: built once per device and dtype, without argument validation
+        (samplers may probe NaN values, e.g. in a step-size search, which must come back as a NaN
+        density, not an exception)."""
+        key = (device, dtype)
+        if key not in self._fixed:
+            with pyro.validation_enabled(False), tensor_defaults(device, dtype):
+                self._fixed[key] = {site.name: site.dist({}) for site in self.sites if not site.parents}
+        return self._fixed[key]
+
+    def site_distribution(self, site: Site, values: Mapping[str, torch.Tensor], like: torch.Tensor | None = None):
+        """The distribution of ``site`` given the values of its parents, on the device and in the dtype
+        of ``like`` (default: of ``values``; without either, torch's defaults)."""
+        if site.parents:
+            return site.dist(values)
+        like = like if like is not None else next(iter(values.values()), None)
+        if like is None or not like.is_floating_point():
+            return self._fixed_on(None if like is None else like.device, torch.get_default_dtype())[site.name]
+        return self._fixed_on(like.device, like.dtype)[site.name]
 
     # ----------------------------------------------------------- properties
     @property
@@ -212,13 +226,13 @@ class BNN(PyroModule):
         chain: dict[str, torch.Tensor] = {}  # batch dims outside the data plate only
         batches = []
         for site in self.sites:
-            value = pyro.sample(site.name, self.site_distribution(site, values))
+            value = pyro.sample(site.name, self.site_distribution(site, values, x))
             batch = self._outer_batch(site, value, outer_rank)
             batches.append(batch)
             chain[site.name] = value.reshape(batch + site.shape)
             values[site.name] = value if outer_rank == 0 else value.reshape(batch + (1,) + site.shape)
         f = self._batched_apply(chain, x, torch.broadcast_shapes(*batches))
-        with pyro.plate("data", x.shape[0], dim=-1):
+        with pyro.plate("data", x.shape[0], dim=-1, device=x.device):
             pyro.sample(OBSERVED, self.likelihood.distribution(f, chain),
                         obs=None if y is None else self.observed(y))
         return f

@@ -72,14 +72,16 @@ class GaussianLikelihood(Likelihood):
     def sites(self):
         if not self.learned:
             return []
-        a, b = (torch.tensor(v, dtype=torch.get_default_dtype()) for v in self.noise_prior)
-        return [Site("noise_var", (), lambda values: dist.InverseGamma(a, b))]
+        def noise_var(values):  # torch's default dtype and device when built
+            return dist.InverseGamma(*(torch.tensor(v, dtype=torch.get_default_dtype()) for v in self.noise_prior))
+
+        return [Site("noise_var", (), noise_var)]
 
     def scale(self, values: Values, like: torch.Tensor) -> torch.Tensor:
         """Noise standard deviation, shaped to broadcast against ``[*batch, N]``."""
         if self.learned:
             return values["noise_var"].sqrt().unsqueeze(-1)
-        return torch.tensor(float(self.noise), dtype=like.dtype)
+        return torch.tensor(float(self.noise), dtype=like.dtype, device=like.device)
 
     def distribution(self, f, values):
         loc = f[..., 0]

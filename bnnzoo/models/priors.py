@@ -208,7 +208,7 @@ class SpikeSlabMixture(TorchDistribution):
         super().__init__(batch_shape, torch.Size(), validate_args=validate_args)
 
     def _components(self):
-        zero = torch.zeros((), dtype=self.slab_scale.dtype)
+        zero = self.slab_scale.new_zeros(())
         spike_cls = dist.Laplace if self.spike_kind == "laplace" else dist.Normal
         return spike_cls(zero, self.spike_scale), dist.Normal(zero, self.slab_scale)
 
@@ -236,7 +236,8 @@ class SpikeSlabMixture(TorchDistribution):
         shape = self._extended_shape(sample_shape)
         spike, slab = self._components()
         with torch.no_grad():
-            gamma = torch.rand(shape) < self.inclusion_prob.expand(shape)
+            gamma = torch.rand(shape, dtype=self.inclusion_prob.dtype, device=self.inclusion_prob.device) \
+                < self.inclusion_prob.expand(shape)
             return torch.where(gamma, slab.sample(sample_shape), spike.sample(sample_shape))
 
 
@@ -330,6 +331,7 @@ class GroupSpikeSlab(TorchDistribution):
     has_rsample = False
 
     def __init__(self, shape, within, spike_scale, slab_scale, inclusion_prob, validate_args=None):
+        self._zero = torch.zeros(())  # the dtype and device of its draws: torch's defaults when built
         self.within = tuple(within)
         self.spike_scale = float(spike_scale)
         self.slab_scale = float(slab_scale)
@@ -338,7 +340,7 @@ class GroupSpikeSlab(TorchDistribution):
 
     def group_log_probs(self, value):
         """Per-group ``(log pi + log slab, log(1-pi) + log spike)``, shape ``[*batch, *groups]``."""
-        zero = torch.zeros((), dtype=value.dtype)
+        zero = value.new_zeros(())
         slab = dist.Normal(zero, self.slab_scale).log_prob(value)
         spike = dist.Normal(zero, self.spike_scale).log_prob(value)
         if self.within:
@@ -362,9 +364,10 @@ class GroupSpikeSlab(TorchDistribution):
             gamma_shape = list(shape)
             for d in self.within:
                 gamma_shape[d] = 1
-            gamma = torch.rand(gamma_shape) < self.inclusion_prob
+            like = {"dtype": self._zero.dtype, "device": self._zero.device}
+            gamma = torch.rand(gamma_shape, **like) < self.inclusion_prob
             scale = torch.where(gamma, self.slab_scale, self.spike_scale)
-            return torch.randn(shape) * scale
+            return torch.randn(shape, **like) * scale
 
 
 @dataclass(frozen=True)

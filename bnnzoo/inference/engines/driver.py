@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from ...models.spec import Conv2d
 from ...results import Draws, split_mcmc
 from ..potential import BNNPotential, FlatPotential, initial_theta, make_potential
@@ -24,8 +26,14 @@ from ..vi import sample_mean_field
 __all__ = ["check_memory", "run_flat_kernel", "run_pyro_hmc", "run_vi"]
 
 
-def _available_memory() -> int | None:
-    """``MemAvailable`` from ``/proc/meminfo`` in bytes (None where unreadable)."""
+def _available_memory(device: torch.device | str = "cpu") -> int | None:
+    """Free memory of ``device`` in bytes: ``MemAvailable`` from ``/proc/meminfo`` for the CPU,
+    ``torch.cuda.mem_get_info`` for a CUDA device; None where unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -52,15 +60,17 @@ def _widest_activation(spec) -> int:
     return widest
 
 
-def check_memory(model, num_chains: int, num_data: int, engine: str = "chees", fraction: float = 0.75) -> None:
-    """Refuse, before sampling, a vectorized run whose batched chains would not fit in memory.
+def check_memory(model, num_chains: int, num_data: int, engine: str = "chees", fraction: float = 0.75,
+                 device: torch.device | str = "cpu") -> None:
+    """Refuse, before sampling, a vectorized run whose batched chains would not fit in the memory of
+    ``device`` (the data's).
 
     Estimate: ``C * D * 8 * 16`` (positions, momenta, gradients, proposals and
     adaptation state) ``+ C * N * widest * 4 * 6`` (the batched forward pass and
-    its backward) bytes; an error if above ``fraction`` of ``MemAvailable``. No
-    check where ``/proc/meminfo`` is unreadable or the model is not a BNN.
+    its backward) bytes; an error if above ``fraction`` of the free memory
+    (:func:`_available_memory`). No check where that is unknown or the model is not a BNN.
     """
-    available = _available_memory()
+    available = _available_memory(device)
     if available is None or not hasattr(model, "num_params"):
         return
     dim = int(model.num_params)
@@ -71,7 +81,7 @@ def check_memory(model, num_chains: int, num_data: int, engine: str = "chees", f
         raise ValueError(
             f"num_chains={num_chains}: the {engine} engine would need about {estimate / gib:.1f} GiB "
             f"({num_chains} chains x {dim} parameters, {num_data} data rows x {widest} activations), "
-            f"more than {fraction:.0%} of the {available / gib:.1f} GiB available; use fewer chains")
+            f"more than {fraction:.0%} of the {available / gib:.1f} GiB available on {device}; use fewer chains")
 
 
 def _record_compile_time(draws: Draws, potential: FlatPotential, policy: AutoCompile | None = None) -> Draws:
@@ -123,7 +133,7 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
         policy = kernel.compile_policy = _auto_compile(kernel, potential, warmup_steps, num_samples,
                                                        1 if vectorized else num_chains)
     if vectorized and num_chains > 1:
-        check_memory(model, num_chains, int(x.shape[0]), engine.name)
+        check_memory(model, num_chains, int(x.shape[0]), engine.name, device=x.device)
     _externals(checkpoint, potential=potential, model=model, x=x, y=y)
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
                 chain_method=chain_method, transforms=potential.transforms, checkpoint=checkpoint,
@@ -137,7 +147,9 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
 def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
                  options: dict, checkpoint: Checkpoint | None = None) -> Draws:
     """Pyro's NUTS/HMC (bnnzoo's recording subclasses): on the BNN's batched potential when
-    ``fast``, with initial points drawn like bnnzoo's kernels draw theirs."""
+    ``fast``, with initial points drawn like bnnzoo's kernels draw theirs. Pyro's chains run in
+    worker processes on the CPU; with a checkpoint, or on a GPU (which a forked worker cannot
+    use), one after another in this process."""
     opts = engine.kernel.Options(**options)
     kwargs = opts.pyro_kwargs(model)
     initial = None
@@ -152,7 +164,8 @@ def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_c
     _externals(checkpoint, potential=potential, model=model, x=x, y=y)
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
                 initial_params=initial, transforms=potential.transforms,
-                chain_method="sequential" if checkpoint is not None else "parallel", checkpoint=checkpoint,
+                chain_method="sequential" if checkpoint is not None or x.device.type != "cpu" else "parallel",
+                checkpoint=checkpoint,
                 **_progress(engine, progress, warmup_steps, num_samples, num_chains))
     mcmc.run(x, y)
     return split_mcmc(mcmc)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from contextlib import contextmanager
 
 import pyro
 import torch
@@ -12,6 +11,7 @@ import torch
 from ... import validation
 from ...data import Dataset, check_data, load
 from ...models import BNN, zoo
+from ...models.defaults import default_dtype
 from ...models.spec import spec_from
 from ...results import Run
 from ..checkpoint import CHECKPOINT_SECONDS, Checkpoint, fingerprint
@@ -85,8 +85,10 @@ def check_run(engine: str, num_samples: int = 500, warmup_steps: int = 500, num_
 
 
 def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: dict) -> dict[str, str]:
-    """What a checkpoint of this run must match: the model spec, the data, the engine, options and counts."""
+    """What a checkpoint of this run must match: the model spec, the data (and their device), the engine,
+    options and counts."""
     return fingerprint(engine=engine, model=model.spec.to_dict(), options=options, run=counts,
+                       device=str(data.x_train.device),
                        data={"x_train": data.x_train, "y_train": data.y_train, "x_test": data.x_test,
                              "y_test": data.y_test})
 
@@ -94,7 +96,7 @@ def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: 
 def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
         num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
         checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
-        threads="auto", dtype=None, **engine_options) -> Run:
+        threads="auto", dtype=None, device=None, **engine_options) -> Run:
     """Run one engine on one model and data set.
 
     Parameters
@@ -125,6 +127,12 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
         The floating dtype of the run (``torch.float64`` or ``"float64"``, ...): every tensor
         the run creates, the data (cast where they differ; the cast is in ``Run.notes["cast"]``)
         and the draws and statistics. None: torch's default dtype.
+    device : torch.device or str, optional
+        Where the run computes (``"cpu"``, ``"cuda"``, ``"cuda:1"``): every tensor the run
+        creates lives there, the data are moved there (the move is in ``Run.notes["cast"]``) and the
+        device is in ``Run.notes["device"]``. None: where the data are (a data set loaded by name: the
+        CPU). A device this machine does not have is an error before anything runs. The returned
+        :class:`Run` is on the host (NumPy draws, its data on the CPU).
     **engine_options
         Options of the engine (``ENGINES[engine].options()`` lists them).
 
@@ -139,44 +147,36 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     if resume and checkpoint is None:
         raise ValueError("resume=True: give the checkpoint folder to continue from (checkpoint=DIR)")
     dtype = resolve_dtype(dtype)
+    device = None if device is None else validation.device("device", device)
     with default_dtype(dtype):
         return _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chains, seed, progress,
-                    checkpoint, resume, checkpoint_every, checkpoint_seconds, threads, engine_options)
+                    checkpoint, resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options)
 
 
 def resolve_dtype(dtype) -> torch.dtype | None:
     """None, or a torch floating dtype from a dtype or its name (``"float64"``)."""
-    if dtype is None:
-        return None
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, dtype)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a torch floating dtype (torch.float32, torch.float64 or its name), "
-                         f"got {dtype!r}")
-    return dtype
+    return None if dtype is None else validation.float_dtype("dtype", dtype)
 
 
-@contextmanager
-def default_dtype(dtype: torch.dtype | None):
-    """torch's default dtype is ``dtype`` within the block (None: unchanged), restored afterwards."""
-    before = torch.get_default_dtype()
-    if dtype is not None:
-        torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
+def _placed(data: Dataset, device: torch.device | None) -> tuple[Dataset, dict]:
+    """``data`` in torch's default dtype on ``device`` (None: where they are), and the note
+    ``{"cast": "data <dtype> -> <dtype>, <device> -> <device>"}`` of what changed (empty if nothing)."""
+    dtype, here = torch.get_default_dtype(), data.x_train.device
+    device = here if device is None else device
+    changes = [f"{a} -> {b}" for a, b in ((data.x_train.dtype, dtype), (here, device)) if a != b]
+    if not changes:
+        return data, {}
+    moved = {f: getattr(data, f).to(device) for f in ("x_train", "y_train", "x_test", "y_test")}
+    # re-validated, and cast to the default dtype, on the way
+    return dataclasses.replace(data, **moved), {"cast": "data " + ", ".join(changes)}
 
 
 def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chains, seed, progress, checkpoint,
-         resume, checkpoint_every, checkpoint_seconds, threads, engine_options) -> Run:
+         resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options) -> Run:
     """:func:`run` after its argument checks, under the run's default dtype."""
     model = _resolve_model(model_or_spec)
-    data = _resolve_data(data, model, seed)
-    cast = {}
-    if data.x_train.dtype != torch.get_default_dtype():  # a Dataset built in another dtype: re-validated, cast
-        cast = {"cast": f"data {data.x_train.dtype} -> {torch.get_default_dtype()}"}
-        data = dataclasses.replace(data)
+    data, cast = _placed(_resolve_data(data, model, seed), device)
+    host = _placed(data, torch.device("cpu"))[0]  # what the Run keeps
     engine_options, tuning = _recommended_options(spec, model, engine_options)
     counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
     if spec.kind == "mcmc":
@@ -188,7 +188,7 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
                            checkpoint_every, checkpoint_seconds)
         done = store.finished()
         if done is not None:
-            return Run.from_draws(done["draws"], engine=engine, kind=spec.kind, model=model, data=data,
+            return Run.from_draws(done["draws"], engine=engine, kind=spec.kind, model=model, data=host,
                                   wall_time=done["wall_time"], options=options)
     pyro.set_rng_seed(int(seed))  # Python's random takes no numpy integer
     if store is not None and threads is not None:
@@ -199,8 +199,9 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
         draws = spec.run(model, data.x_train, data.y_train, num_samples, warmup_steps, num_chains, progress,
                          checkpoint=store, **engine_options)
         wall = time.perf_counter() - start
-    draws.notes.update(tuning, threads=used, **cast)  # into the InferenceData's attrs too
+    # into the InferenceData's attrs too
+    draws.notes.update(tuning, threads=used, device=str(data.x_train.device), **cast)
     if store is not None:
         store.finish({"draws": draws, "wall_time": wall})
-    return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=data, wall_time=wall,
+    return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=host, wall_time=wall,
                           options=options)

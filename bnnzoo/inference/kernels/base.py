@@ -36,7 +36,8 @@ import numpy as np
 import torch
 from pyro.infer.mcmc.mcmc_kernel import MCMCKernel
 
-from ..potential import FlatPotential, initial_theta, make_potential
+from ... import validation
+from ..potential import FlatPotential, initial_theta, make_potential, place
 from ..options import Options, integer, option, positive
 
 __all__ = ["BaseOptions", "FlatKernel", "metropolis_accept"]
@@ -62,6 +63,12 @@ class FlatKernel(MCMCKernel):
         arguments come from ``MCMC.run(*args)``.
     potential : FlatPotential, optional
         Use this potential instead of building one from ``model``.
+    device : torch.device or str, optional
+        Move the model's arguments (the data) there before building the potential (None: where
+        they are); the kernel computes where its potential's data are. A given ``potential``
+        must already be there.
+    dtype : torch.dtype or str, optional
+        Cast the floating arguments to this dtype (None: as they are).
     **options
         The fields of the kernel's :attr:`Options` dataclass (``num_chains``,
         ``init_radius`` and the kernel's own); an unknown name is an error.
@@ -75,8 +82,8 @@ class FlatKernel(MCMCKernel):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         keyword = inspect.Parameter.KEYWORD_ONLY
-        params = [inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
-                  inspect.Parameter("potential", keyword, default=None)]
+        params = [inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
+        params += [inspect.Parameter(n, keyword, default=None) for n in ("potential", "device", "dtype")]
         params += [inspect.Parameter(n, keyword, default=d) for n, d in cls.Options.defaults().items()]
         cls.__signature__ = inspect.Signature(params)  # what help() and IDEs show: the options' defaults
 
@@ -93,10 +100,16 @@ class FlatKernel(MCMCKernel):
             self._initial_params = None
         self._reset()
 
-    def __init__(self, model: Callable | None = None, potential: FlatPotential | None = None, **options):
+    def __init__(self, model: Callable | None = None, potential: FlatPotential | None = None,
+                 device: torch.device | str | None = None, dtype: torch.dtype | str | None = None, **options):
         if model is None and potential is None:
             raise ValueError("give a model or a potential")
         self.options = self.Options.build(type(self).__name__, options)
+        self.device = None if device is None else validation.device("device", device)
+        self.dtype = None if dtype is None else validation.float_dtype("dtype", dtype)
+        if potential is not None and (device, dtype) != (None, None):
+            raise ValueError(f"device={device!r}, dtype={dtype!r}: a given potential computes where its data are; "
+                             f"build it there (BNNPotential(model, x, y, device=..., dtype=...))")
         self.model = model
         self.potential = potential
         self._given_potential = potential is not None
@@ -136,11 +149,14 @@ class FlatKernel(MCMCKernel):
         self._reset()
         self._warmup_steps = int(warmup_steps)
         if not self._given_potential:
+            args, kwargs = place(args, self.device, self.dtype), place(kwargs, self.device, self.dtype)
             self.potential = make_potential(self.model, *args[:2], args=args, kwargs=kwargs)
         self.transforms = self.potential.transforms
         if not self._user_initial_params:
             theta = initial_theta(self.potential, self.num_chains, self.init_radius)
             self._initial_params = self.unflatten(theta)
+        else:  # the user's point, where the potential computes
+            self._initial_params = place(self._initial_params, **self.potential.placement)
         self._check_initial_shapes()
         self.prepare(self.flatten(self._initial_params))
 
@@ -213,7 +229,7 @@ class FlatKernel(MCMCKernel):
         return self.unflatten(theta_new)
 
     def _record(self, stats: Mapping[str, Tensor]) -> None:
-        row = {k: self._per_chain(v) for k, v in stats.items()}
+        row = self._host_row(stats)
         if self.in_warmup:
             self._warmup_stats.append(row)
             return
@@ -224,13 +240,23 @@ class FlatKernel(MCMCKernel):
         if "diverging" in row:
             self._divergences.extend([draw] * int(row["diverging"].sum()))
 
-    def _per_chain(self, value) -> np.ndarray:
-        """A statistic as ``[C]`` (scalar per chain) or ``[C, k]`` (a vector per chain); floats as
-        float64 (one float dtype for every statistic of every engine, as Pyro's NUTS gives)."""
-        v = torch.as_tensor(value).detach().reshape(self.num_chains, -1).cpu().numpy()
-        if v.dtype.kind == "f" and v.dtype != np.float64:
-            v = v.astype(np.float64)
-        return v[:, 0] if v.shape[1] == 1 else v
+    def _host_row(self, stats: Mapping[str, Tensor | float | bool | int]) -> dict[str, np.ndarray]:
+        """One draw's statistics on the host, each ``[C]`` (a scalar per chain) or ``[C, k]`` (a vector
+        per chain), floats as float64 (one float dtype for every statistic of every engine, as Pyro's
+        NUTS gives). Tensors on a device come over in one transfer (:func:`_on_host`: one
+        synchronisation per draw); a Python number is that value for every chain."""
+        tensors = _on_host({k: v.detach().reshape(self.num_chains, -1) for k, v in stats.items()
+                            if torch.is_tensor(v)})
+        row = {}
+        for k, v in stats.items():
+            if k not in tensors:
+                row[k] = np.full(self.num_chains, v, dtype=np.float64 if isinstance(v, float) else None)
+                continue
+            v = tensors[k].numpy()
+            if v.dtype.kind == "f" and v.dtype != np.float64:
+                v = v.astype(np.float64)
+            row[k] = v[:, 0] if v.shape[1] == 1 else v
+        return row
 
     # ----------------------------------------------------------- reporting
     @staticmethod
@@ -265,11 +291,27 @@ class FlatKernel(MCMCKernel):
         return log
 
 
+def _on_host(tensors: Mapping[str, Tensor]) -> Mapping[str, Tensor]:
+    """``[C, k]`` tensors on the CPU: from a device in one transfer (:func:`_in_one_transfer`),
+    CPU tensors as they are."""
+    if not tensors or next(iter(tensors.values())).device.type == "cpu":
+        return tensors
+    return _in_one_transfer(tensors)
+
+
+def _in_one_transfer(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """``[C, k]`` tensors on the CPU through one float64 block (exact for the integer and boolean
+    statistics), each back in its dtype."""
+    joined = torch.cat([t.double() for t in tensors.values()], dim=1).cpu()
+    parts = torch.split(joined, [t.shape[1] for t in tensors.values()], dim=1)
+    return {k: part.to(t.dtype) for (k, t), part in zip(tensors.items(), parts)}
+
+
 def metropolis_accept(log_ratio: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Metropolis test per chain. A NaN log ratio (a NaN energy) is a rejection
     and a divergence. Returns ``(accepted, acceptance_prob, nan_mask)``."""
     nan = torch.isnan(log_ratio)
     log_ratio = torch.where(nan, torch.full_like(log_ratio, -math.inf), log_ratio)
     prob = log_ratio.clamp(max=0.0).exp()
-    u = torch.rand(log_ratio.shape, generator=generator, dtype=log_ratio.dtype)
+    u = torch.rand(log_ratio.shape, generator=generator, dtype=log_ratio.dtype, device=log_ratio.device)
     return u < prob, prob, nan

@@ -124,7 +124,7 @@ class ChEESHMC(AdaptiveHMC):
         self._jitter_index += 1
         if self.options.jitter == "halton":
             return halton(self._jitter_index)
-        return 1.0 - float(torch.rand(()))  # in (0, 1]
+        return 1.0 - float(torch.rand((), device="cpu"))  # in (0, 1]; a number on the host, drawn there
 
     def leapfrog_steps(self) -> int:
         self._length_now = self.trajectory_length  # reported with the transition
@@ -133,10 +133,8 @@ class ChEESHMC(AdaptiveHMC):
         self._capped = self.trajectory_length >= self.step_size * self.options.max_leapfrog_steps * (1 - 1e-9)
         return min(max(steps, 1), self.options.max_leapfrog_steps)
 
-    def extra_stats(self, theta: Tensor) -> dict[str, Tensor]:
-        chains = theta.shape[0]
-        return {"trajectory_length": torch.full((chains,), self._length_now, dtype=theta.dtype),
-                "reached_max_steps": torch.full((chains,), self._capped, dtype=torch.bool)}
+    def extra_stats(self, theta: Tensor) -> dict[str, float | bool]:
+        return {"trajectory_length": float(self._length_now), "reached_max_steps": bool(self._capped)}
 
     # -------------------------------------------------------- adaptation
     def adapt(self, theta, tr, prob, diverging, time, theta_out) -> None:
@@ -188,14 +186,14 @@ class ChEESHMC(AdaptiveHMC):
         value, grad = self.current(theta)
         x, p = theta, self.momentum(theta)
         cap = self.options.max_leapfrog_steps
-        turned = torch.full(theta.shape[:-1], cap, dtype=torch.long)
+        turned = torch.full(theta.shape[:-1], cap, dtype=torch.long, device=theta.device)
         for step in range(1, cap + 1):
             x, p, value, grad = leapfrog(x, p, grad, step_size, 1, self.evaluate, self.inv_mass, value,
                                          step=self.leapfrog_step_fn())
             back = ((x - theta) * velocity(p, self.inv_mass)).sum(-1)
             now = ~(back >= 0) & (turned == cap)  # NaN counts as turned: that chain's trajectory is over
             turned = torch.where(now, torch.full_like(turned, step), turned)
-            if bool((turned < cap).all()):
+            if step % 8 == 0 and bool((turned < cap).all()):  # a look on the host every 8 steps
                 break
         return float(turned.double().median()) * step_size
 

@@ -160,7 +160,7 @@ def _prior_decay(potential: BNNPotential, sites: list[GroupSite]) -> Tensor:
 def fan_in_radius(potential) -> Tensor:
     """``[D]`` radius ``1/sqrt(fan_in)`` of each layer's weight and bias (PyTorch's default
     initialisation of ``nn.Linear`` / ``nn.Conv2d``, the paper's); 1 for other sites."""
-    radius = torch.ones(potential.dim, dtype=torch.get_default_dtype())
+    radius = torch.ones(potential.dim, **potential.placement)
     for name, index in potential.slices.items():
         weight = potential.shapes.get(f"{name.rsplit('.', 1)[0]}.weight", ())
         if len(weight) > 1:
@@ -200,7 +200,8 @@ class GroupSparseSGHMC(SGMCMCKernel):
     def setup(self, warmup_steps: int, *args, **kwargs) -> None:
         super().setup(warmup_steps, *args, **kwargs)
         if self._fan_in and not self._user_initial_params:
-            theta = (torch.rand(self.num_chains, self.potential.dim) * 2 - 1) * fan_in_radius(self.potential)
+            theta = (torch.rand(self.num_chains, self.potential.dim, **self.potential.placement) * 2 - 1) \
+                * fan_in_radius(self.potential)
             self._initial_params = self.unflatten(theta)
 
     # ---------------------------------------------------------------- state
@@ -217,7 +218,7 @@ class GroupSparseSGHMC(SGMCMCKernel):
         """The ``[D]`` decay outside the groups, and each grouped site's slab and spike decays."""
         n, rule = potential.num_data, self.rule
         outside = _prior_decay(potential, sites) if rule.decay == "prior" else \
-            torch.full((potential.dim,), float(rule.decay), dtype=torch.get_default_dtype())
+            torch.full((potential.dim,), float(rule.decay), **potential.placement)
         slab = [1.0 / (n * s.prior.slab_scale ** 2) if rule.slab_decay == "prior" else float(rule.slab_decay)
                 for s in sites]
         spike = [1.0 / (n * s.prior.spike_scale ** 2) if rule.spike_decay == "prior" else float(rule.spike_decay)
@@ -237,7 +238,7 @@ class GroupSparseSGHMC(SGMCMCKernel):
         for site, slab in zip(self._sites, self._slab):  # every group starts in the slab
             outside[site.index] = slab
         self._decay = outside.expand(self.num_chains, -1).clone()
-        self._keep = torch.ones(self.num_chains, potential.dim, dtype=torch.bool)
+        self._keep = torch.ones(self.num_chains, potential.dim, dtype=torch.bool, device=theta.device)
 
     def temperature_schedule(self) -> tuple[float, float, float]:
         """A constant inverse temperature :math:`1/T`."""
@@ -320,7 +321,7 @@ class GroupSparseSGHMC(SGMCMCKernel):
     def final_state(self) -> dict:
         extras = super().final_state()
         if self._keep is not None:
-            extras["pruning_mask"] = {s.name: self._site_view(self._keep, s).numpy() for s in self._sites}
+            extras["pruning_mask"] = {s.name: self._site_view(self._keep, s).cpu().numpy() for s in self._sites}
         return extras
 
 

@@ -108,7 +108,7 @@ class FixedStepHMC(FlatKernel):
         self._last_step: float | Tensor = self.step_size
 
     def prepare(self, theta: Tensor) -> None:
-        self.inv_mass = torch.ones(theta.shape[-1], dtype=theta.dtype)
+        self.inv_mass = theta.new_ones(theta.shape[-1])
 
     # ------------------------------------------------------- the pieces
     def momentum(self, theta: Tensor) -> Tensor:
@@ -186,11 +186,11 @@ class FixedStepHMC(FlatKernel):
         value_out = torch.where(accepted, tr.value, value)
         force_out = torch.where(accepted.unsqueeze(-1), tr.force, force)
         self._remember_force(theta_out, value_out, force_out)
-        step_stat = step.reshape(-1) if torch.is_tensor(step) else torch.full_like(prob, step)
+        step_stat = step.reshape(-1) if torch.is_tensor(step) else float(step)
         energy_out = torch.where(accepted, tr.energy + tr.error, tr.energy)  # H at the accepted state
         stats = {"acceptance_rate": prob, "diverging": diverging, "energy": energy_out, "energy_error": tr.error,
                  "max_energy_error": tr.max_error, "step_size": step_stat,
-                 "n_steps": torch.full(prob.shape, num_steps, dtype=torch.long),
+                 "n_steps": int(num_steps),
                  "lp": -value_out, **self.extra_stats(theta_out)}
         if self.in_warmup:
             self.adapt(theta, tr, prob, diverging, num_steps * float(self.step_size), theta_out)
@@ -199,7 +199,7 @@ class FixedStepHMC(FlatKernel):
         return theta_out, stats
 
     def extra_stats(self, theta: Tensor) -> dict[str, Tensor]:
-        """Per-draw statistics beyond HMC's own (``[C]`` tensors)."""
+        """Per-draw statistics beyond HMC's own: ``[C]`` tensors, or numbers (the same for every chain)."""
         return {}
 
     def adapt(self, theta: Tensor, tr: Trajectory, prob: Tensor, diverging: Tensor, time: float,

@@ -214,10 +214,12 @@ class ProximalHMC(AdaptiveHMC):
             chosen = set(sites)
         else:
             chosen = {n for n in names if _WEIGHT.match(n)}
-        mask = torch.cat([torch.full((size,), name in chosen) for name, size in zip(names, self.potential.sizes)])
+        device = self.potential.device
+        mask = torch.cat([torch.full((size,), name in chosen, device=device)
+                          for name, size in zip(names, self.potential.sizes)])
         if not mask.any() and sites is None:
             mask = self.l1_weights > 0
-        return mask if mask.any() else torch.ones(self.potential.dim, dtype=torch.bool)
+        return mask if mask.any() else torch.ones(self.potential.dim, dtype=torch.bool, device=device)
 
     # ------------------------------------------------------------ force
     def _rows(self, fn, theta: Tensor):
@@ -256,7 +258,7 @@ class ProximalHMC(AdaptiveHMC):
     # ---------------------------------------------------------- sampling
     def step_sizes(self, theta: Tensor) -> Tensor:
         r"""Per-chain step sizes ``[C, 1]``: :math:`\epsilon (1 + j u_c)`, :math:`u_c \sim U(-1, 1)`."""
-        u = torch.rand(theta.shape[0], 1, dtype=theta.dtype) * 2 - 1
+        u = torch.rand(theta.shape[0], 1, dtype=theta.dtype, device=theta.device) * 2 - 1
         return self.step_size * (1 + self.options.step_jitter * u)
 
     def sparsity(self, theta: Tensor) -> Tensor:
@@ -264,9 +266,8 @@ class ProximalHMC(AdaptiveHMC):
         small = theta[:, self._sparsity_mask].abs() < self.options.sparsity_threshold
         return small.to(theta.dtype).mean(-1)
 
-    def extra_stats(self, theta: Tensor) -> dict[str, Tensor]:
-        nominal = torch.full((theta.shape[0],), float(self.step_size), dtype=theta.dtype)
-        return {"step_size_nom": nominal, "sparsity": self.sparsity(theta)}
+    def extra_stats(self, theta: Tensor) -> dict[str, Tensor | float]:
+        return {"step_size_nom": float(self.step_size), "sparsity": self.sparsity(theta)}
 
     def warmup_acceptance(self, prob: Tensor, diverging: Tensor, finite: Tensor) -> float:
         """:func:`acceptance_statistic`: the harmonic mean times the fraction of finite proposals."""
@@ -299,7 +300,7 @@ class ProximalHMC(AdaptiveHMC):
         for value in grid:
             positive("tune_lam grid value", value)
         p = self.momentum(theta)
-        step = torch.full((theta.shape[0], 1), self.step_size, dtype=theta.dtype)
+        step = torch.full((theta.shape[0], 1), self.step_size, dtype=theta.dtype, device=theta.device)
         errors = []
         for factor in grid:
             self._lam_override = factor * self.step_size

@@ -237,9 +237,7 @@ class NUTS(_RecordingMixin, PyroNUTS):
         tree = super()._build_basetree(*args, **kwargs)
         state, potential = PyroInternals.leaf(tree)
         kinetic = self._record.kinetic_last  # Pyro's K of this leaf's momentum, just computed
-        energy = float(potential) + float(kinetic) if kinetic is not None else math.nan
-        self._record.add_energy(energy)
-        self._record.leaves[id(state)] = (state, energy)
+        self._record.leaves[id(state)] = (state, self._record.add_step(potential, kinetic))
         return tree
 
     def _build_tree(self, z, r, z_grads, log_slice, direction, tree_depth, energy_current):
@@ -253,7 +251,7 @@ class NUTS(_RecordingMixin, PyroNUTS):
         its error against the start, and the largest error over all leaves."""
         state = PyroInternals.current_state(self)
         leaf = record.leaves.get(id(state))
-        energy = leaf[1] if leaf is not None and leaf[0] is state else start
+        energy = record.energies[leaf[1]] if leaf is not None and leaf[0] is state else start
         return {"energy": energy, "energy_error": _finite_or_inf(energy - start),
                 "max_energy_error": record.max_error(start)}
 

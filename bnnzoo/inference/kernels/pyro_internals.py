@@ -12,6 +12,7 @@ import math
 from contextlib import contextmanager
 
 import pyro
+import torch
 from pyro.infer.mcmc import HMC as PyroHMC
 from pyro.infer.mcmc import NUTS as PyroNUTS
 
@@ -107,7 +108,7 @@ class PyroInternals:
             potential = None
             for _ in range(num_steps):
                 z, r, z_grads, potential = original(z, r, potential_fn, kinetic_grad, step_size, 1, z_grads=z_grads)
-                record.add_energy(float(potential) + float(PyroInternals.kinetic_energy(kernel, r)))
+                record.add_step(potential, PyroInternals.kinetic_energy(kernel, r))
             record.proposal = z
             return z, r, z_grads, potential
 
@@ -124,18 +125,33 @@ def _finite_or_inf(x: float) -> float:
 
 class _Transition:
     """What one transition of a Pyro kernel records: the start energy, every step's energy,
-    the proposal (HMC) or every leaf's state and energy (NUTS)."""
+    the proposal (HMC) or every leaf's state and the index of its energy (NUTS). The steps'
+    energies stay tensors (on the chain's device) until :attr:`energies` reads them all at once."""
 
     def __init__(self):
         self.kinetic_start = None  # K after the momentum refresh (Pyro's first kinetic energy of the transition)
         self.kinetic_last = None  # the latest K Pyro computed
         self.energy_start: float | None = None  # H_0, where Pyro hands it over (NUTS)
-        self.energies: list[float] = []  # H_t of every leapfrog step
+        self._steps: list[tuple] = []  # (U, K) of every leapfrog step; K None where Pyro computed none
+        self._energies: list[float] | None = None
         self.proposal = None  # HMC: the proposal's state dict
-        self.leaves: dict[int, tuple[dict, float]] = {}  # NUTS: id(state) -> (state, H)
+        self.leaves: dict[int, tuple[dict, int]] = {}  # NUTS: id(state) -> (state, index into energies)
 
-    def add_energy(self, energy: float) -> None:
-        self.energies.append(energy)
+    def add_step(self, potential, kinetic) -> int:
+        """Record a leapfrog step's ``U`` and ``K`` (tensors); returns the index of its energy."""
+        self._steps.append((potential, kinetic))
+        self._energies = None
+        return len(self._steps) - 1
+
+    @property
+    def energies(self) -> list[float]:
+        """:math:`H_t = U + K` of every step (NaN where K is unknown), in float64, read from the
+        device in one transfer."""
+        if self._energies is None:
+            known = [torch.stack((u, k)).detach() for u, k in self._steps if k is not None]
+            host = iter(torch.stack(known).double().tolist() if known else [])
+            self._energies = [sum(next(host)) if k is not None else math.nan for _, k in self._steps]
+        return self._energies
 
     def max_error(self, start: float) -> float:
         r""":math:`\max_t |H_t - H_0|`, inf if any step's energy is not finite."""

@@ -64,7 +64,7 @@ class RandomWalkMH(FlatKernel):
         value_out = torch.where(accepted, value_new, value)
         self.remember(theta_new, value_out)
         stats = {"acceptance_rate": prob, "diverging": nan, "lp": -value_out,
-                 "step_size": torch.full_like(prob, self.scale)}
+                 "step_size": float(self.scale)}
         self._adapt(float(prob.mean()))
         return theta_new, stats
 

@@ -191,8 +191,8 @@ class SGMCMCKernel(FlatKernel):
             self._pruner = self.pruning.bind(self.potential, self.num_chains)
         radius = theta.detach().abs().amax(-1).nan_to_num(nan=1.0, posinf=1.0).clamp(min=1.0)
         self._blowup_bound = BLOWUP_FACTOR * radius
-        self._nonfinite_run = torch.zeros(self.num_chains, dtype=torch.long)
-        self._failed = torch.zeros(self.num_chains, dtype=torch.bool)
+        self._nonfinite_run = torch.zeros(self.num_chains, dtype=torch.long, device=theta.device)
+        self._failed = torch.zeros(self.num_chains, dtype=torch.bool, device=theta.device)
         self._failures = [None] * self.num_chains
 
     @property
@@ -236,7 +236,8 @@ class SGMCMCKernel(FlatKernel):
         """This iteration's minibatch (None: the full data)."""
         if self.batch_size is None or self.batch_size == self.num_data:
             return None
-        return minibatch_rows(self.num_data, self.batch_size, self.num_chains, self.shared_minibatch)
+        return minibatch_rows(self.num_data, self.batch_size, self.num_chains, self.shared_minibatch,
+                              self.potential.device)
 
     def force(self, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
         """Minibatch ``U`` ``[C]`` and its gradient ``[C, D]`` at ``theta``."""
@@ -338,7 +339,7 @@ class SGMCMCKernel(FlatKernel):
         return 1 if self.in_warmup else self.thin
 
     def transition(self, theta: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        diverging = torch.zeros(self.num_chains, dtype=torch.bool)
+        diverging = torch.zeros(self.num_chains, dtype=torch.bool, device=theta.device)
         iterations = self.iterations_per_draw()
         for i in range(iterations):
             self._last_iteration = i == iterations - 1  # a force may skip work for lp before that
@@ -348,9 +349,8 @@ class SGMCMCKernel(FlatKernel):
         if self._last_lp is not None:
             lp = torch.where(torch.isfinite(lp), lp, self._last_lp)
         self._last_lp = lp
-        full = lambda v: torch.full((self.num_chains,), float(v))  # noqa: E731
-        stats = {"diverging": diverging, "lp": lp, "step_size": full(self._step_size),
-                 "temperature": full(1.0 / self._tau)}
+        stats = {"diverging": diverging, "lp": lp, "step_size": float(self._step_size),
+                 "temperature": 1.0 / self._tau}
         stats.update(self.draw_stats(theta))
         return theta, stats
 
@@ -366,7 +366,7 @@ class SGMCMCKernel(FlatKernel):
         out = {}
         if self._failed is not None:
             rows = [f or {"phase": "", "iteration": 0, "draw": -1, "reason": ""} for f in self._failures]
-            out["failure"] = {"failed": self._failed.numpy().copy(),
+            out["failure"] = {"failed": self._failed.cpu().numpy().copy(),
                               "warmup": np.array([r["phase"] == "warmup" for r in rows]),
                               "iteration": np.array([r["iteration"] for r in rows], dtype=np.int64),
                               "draw": np.array([r["draw"] for r in rows], dtype=np.int64),
@@ -374,7 +374,7 @@ class SGMCMCKernel(FlatKernel):
         if self._pruner is None:
             return out
         shapes = self.potential.shapes
-        out["pruning_mask"] = {s: m.reshape((self.num_chains,) + shapes[s]).numpy()
+        out["pruning_mask"] = {s: m.reshape((self.num_chains,) + shapes[s]).cpu().numpy()
                                for s, m in self._pruner.masks.items()}
         return out
 

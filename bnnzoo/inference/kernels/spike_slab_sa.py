@@ -210,7 +210,7 @@ class AdaptiveSpikeSlab:
         if min(self._b[i] + self.options.beta_a + s.size - 2 for i, s in enumerate(self._sites)) <= 0:
             raise ValueError("beta_a + beta_b + p - 2 must be positive for every sparse layer")
         self._sa = SpikeSlabState.initial(self.num_chains, [s.size for s in self._sites], self._v0, self._v1,
-                                          sigmas, [p.inclusion_prob for p in priors])
+                                          sigmas, [p.inclusion_prob for p in priors], device=theta.device)
         self._noise_index = self.potential.slices["noise_var"] if self._regression else None
         # sites whose model prior the SA kernel leaves out: the sparse layers (the SA prior
         # replaces it) and the pinned noise variance (a hyperparameter, not sampled)
@@ -305,13 +305,13 @@ class AdaptiveSpikeSlab:
         weights = torch.cat([theta[:, s.index] for s in self._sites], -1)
         stats["inclusion_prob_mean"] = rho.mean(-1)
         stats["sparsity"] = (weights == 0).to(rho.dtype).mean(-1)
-        stats["sa_step_size"] = torch.full((self.num_chains,), float(self._omega))
+        stats["sa_step_size"] = float(self._omega)
         return stats
 
     def final_state(self) -> dict:
         extras = super().final_state()
         if self._sa is not None:
-            extras["inclusion_prob"] = {s.name: r.reshape((self.num_chains,) + s.shape).numpy()
+            extras["inclusion_prob"] = {s.name: r.reshape((self.num_chains,) + s.shape).cpu().numpy()
                                         for s, r in zip(self._sites, self._sa.rho)}
         return extras
 

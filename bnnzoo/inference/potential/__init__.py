@@ -29,7 +29,7 @@ import torch
 from ...models.bnn import BNN
 from ...models.l1 import laplace_l1_weight, prior_l1_weight
 from .analytic import ACTIVATION_BACKWARD, dense_value_and_grads
-from .base import FlatPotential, initial_theta, is_identity
+from .base import FlatPotential, initial_theta, is_identity, place, placement
 from .bnn import BNNPotential
 from .pyro_model import PyroPotential
 
@@ -37,7 +37,7 @@ Tensor = torch.Tensor
 
 __all__ = [
     "ACTIVATION_BACKWARD", "BNNPotential", "FlatPotential", "PyroPotential", "dense_value_and_grads",
-    "initial_theta", "is_identity", "laplace_l1_weight", "make_potential", "prior_l1_weight",
+    "initial_theta", "is_identity", "laplace_l1_weight", "make_potential", "place", "placement", "prior_l1_weight",
 ]
 
 

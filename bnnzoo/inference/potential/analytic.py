@@ -120,7 +120,7 @@ class AnalyticMixin:
                     for p in (("weight", "bias") if layer.bias else ("weight",))]
         if self.names != expected:
             return None
-        dtype = torch.get_default_dtype()
+        dtype = self.dtype
         self._x = self.x.reshape(self.num_data, -1)  # a Dense first layer flattens an image input
         if kind == "categorical":
             self._target = torch.nn.functional.one_hot(self.y.long(), spec.layers[-1].units).to(dtype)

@@ -37,6 +37,15 @@ class FlatPotential:
     names: list[str]
     shapes: dict[str, tuple[int, ...]]
     transforms: dict[str, torch.distributions.Transform]
+    #: where its tensors live (its data's device); None: torch's default device
+    device: torch.device | None = None
+    #: the floating dtype of ``theta`` (its data's); None: torch's default dtype
+    dtype: torch.dtype | None = None
+
+    @property
+    def placement(self) -> dict:
+        """``{"device": ..., "dtype": ...}`` of the tensors made for this potential: ``torch.zeros(n, **placement)``."""
+        return {"device": self.device, "dtype": self.dtype or torch.get_default_dtype()}
 
     def _layout(self) -> None:
         self.sizes = [math.prod(self.shapes[n]) for n in self.names]
@@ -90,7 +99,7 @@ class FlatPotential:
         (Lipschitz gradient) near :math:`\theta_d = 0`. Zero where a coordinate has
         no L1 part. The base class knows none (all zeros); subclasses override.
         """
-        return torch.zeros(self.dim, dtype=torch.get_default_dtype())
+        return torch.zeros(self.dim, **self.placement)
 
     def smooth_value_and_grad(self, theta: Tensor, l1: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""The smooth part :math:`f = U - \sum_d \beta_d |\theta_d|` and its gradient
@@ -102,17 +111,36 @@ class FlatPotential:
         return value - (l1 * theta.abs()).sum(-1), grad - l1 * torch.sign(theta)
 
 
+def place(value, device: torch.device | str | None = None, dtype: torch.dtype | None = None):
+    """``value`` (a tensor, or a tuple, list or dict of tensors and other things) with every tensor
+    on ``device`` and every floating tensor in ``dtype`` (None: as it is)."""
+    if torch.is_tensor(value):
+        return value.to(device=device, dtype=dtype if value.is_floating_point() else None)
+    if isinstance(value, (tuple, list)):
+        return type(value)(place(v, device, dtype) for v in value)
+    if isinstance(value, dict):
+        return {k: place(v, device, dtype) for k, v in value.items()}
+    return value
+
+
+def placement(potential) -> dict:
+    """``{"device": ..., "dtype": ...}`` of the tensors made for ``potential``: its
+    :attr:`FlatPotential.placement`, or torch's defaults for an object without one."""
+    return getattr(potential, "placement", None) or {"device": None, "dtype": torch.get_default_dtype()}
+
+
 def initial_theta(potential: FlatPotential, num_chains: int = 1, radius: float = 1.0,
                   generator: torch.Generator | None = None) -> Tensor:
     """Initial points ``[C, D]`` drawn uniformly in ``(-radius, radius)`` in
-    unconstrained space (Pyro's ``init_to_uniform``), retried until finite."""
-    dtype = torch.get_default_dtype()
-    theta = (torch.rand(num_chains, potential.dim, generator=generator, dtype=dtype) * 2 - 1) * radius
+    unconstrained space (Pyro's ``init_to_uniform``), retried until finite; on the potential's
+    device and dtype (:func:`placement`)."""
+    where = placement(potential)
+    theta = (torch.rand(num_chains, potential.dim, generator=generator, **where) * 2 - 1) * radius
     for _ in range(100):
         with torch.no_grad():
             bad = ~torch.isfinite(potential(theta))
         if not bad.any():
             return theta
-        fresh = (torch.rand(int(bad.sum()), potential.dim, generator=generator, dtype=dtype) * 2 - 1) * radius
+        fresh = (torch.rand(int(bad.sum()), potential.dim, generator=generator, **where) * 2 - 1) * radius
         theta[bad] = fresh
     raise RuntimeError(f"could not find a finite initial point in 100 tries (radius={radius})")

@@ -45,12 +45,20 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         Past dynamo's recompile limit (8 variants per process by default) calls
         run eagerly, with dynamo's warning. Minibatch gradients stay eager (their
         row indices change at every call).
+    device : torch.device or str, optional
+        Move the data there (None: where ``x`` is). The potential computes where its data are:
+        :attr:`device`.
+    dtype : torch.dtype, optional
+        Cast ``x`` (and floating ``y``) to this dtype (None: ``x``'s); :attr:`dtype`, the dtype of ``theta``.
     """
 
-    def __init__(self, model: BNN, x: Tensor, y: Tensor, analytic: bool = True, compile: bool = False):
+    def __init__(self, model: BNN, x: Tensor, y: Tensor, analytic: bool = True, compile: bool = False,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         self.model = model
-        self.x = model.prepare_input(x)
-        self.y = model.observed(y)
+        self.x = model.prepare_input(x).to(device=device, dtype=dtype)
+        self.device, self.dtype = self.x.device, self.x.dtype
+        y = model.observed(y).to(self.device)
+        self.y = y.to(self.dtype) if y.is_floating_point() else y
         self.num_data = int(x.shape[0])
         self.names = [site.name for site in model.sites]
         self.shapes = {site.name: tuple(site.shape) for site in model.sites}
@@ -105,7 +113,7 @@ class BNNPotential(FlatPotential, AnalyticMixin):
                 continue
             total = total + prior.log_density(theta[..., start:end]).sum(-1)
         for site in self._other_sites:
-            total = total + self.model.site_distribution(site, values).log_prob(values[site.name])
+            total = total + self.model.site_distribution(site, values, theta).log_prob(values[site.name])
         return total
 
     def _prototype_supports(self) -> dict:
@@ -114,14 +122,14 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         supports = {}
         with torch.no_grad(), pyro.validation_enabled(False):
             for site in self.model.sites:
-                d = site.dist(values)
+                d = self.model.site_distribution(site, values, self.x)
                 values[site.name] = d.sample()
                 supports[site.name] = d.support
         return supports
 
     def constrained_values(self, theta: Tensor) -> tuple[dict[str, Tensor], Tensor]:
         """Constrained values and the summed log|Jacobian| of the transform."""
-        values, log_det = {}, torch.zeros(theta.shape[:-1], dtype=theta.dtype)
+        values, log_det = {}, theta.new_zeros(theta.shape[:-1])
         for name, u in self.unflatten(theta).items():
             bij = self._bijections[name]
             if is_identity(bij):
@@ -168,7 +176,7 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         """Per coordinate of ``theta`` ``[D]``: the prior sd where the prior is an iid
         ``N(0, sd^2)`` on an untransformed site (a closed-form KL for a Gaussian
         guide), NaN elsewhere."""
-        scale = torch.full((self.dim,), math.nan, dtype=torch.get_default_dtype())
+        scale = torch.full((self.dim,), math.nan, **self.placement)
         for start, end, prior in self._segments:
             if isinstance(prior, Gaussian):
                 scale[start:end] = prior.scale
@@ -190,7 +198,7 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         identity transform, 0 elsewhere. With ``spike_and_slab=True``, sites with a
         Laplace-spike :class:`~bnnzoo.models.SpikeAndSlab` get the exact kink of
         their density at 0 (:func:`~bnnzoo.models.l1.prior_l1_weight`)."""
-        weights = torch.zeros(self.dim, dtype=torch.get_default_dtype())
+        weights = torch.zeros(self.dim, **self.placement)
         start = 0
         for site, size in zip(self.model.sites, self.sizes):
             if site.elementwise is not None and is_identity(self._bijections[site.name]):
@@ -212,7 +220,7 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         if not self.compile:
             return super().leapfrog_step(theta, p, grad, step_size, inv_mass)
         # a tensor: a Python float would be compiled in as a constant, one graph per step size
-        step_size = torch.as_tensor(step_size, dtype=theta.dtype)
+        step_size = torch.as_tensor(step_size, dtype=theta.dtype, device=theta.device)
         return self._run_compiled("leapfrog_step", theta, p, grad, step_size, inv_mass)
 
     def minibatch_value_and_grad(self, theta: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:

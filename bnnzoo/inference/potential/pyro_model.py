@@ -138,11 +138,13 @@ class PyroPotential(FlatPotential):
 
     def __init__(self, model: Callable, args=(), kwargs=None):
         self._model, self._args, self._kwargs = model, tuple(args), dict(kwargs or {})
+        data = [a for a in (*self._args, *self._kwargs.values()) if torch.is_tensor(a)]
+        self.device = data[0].device if data else None  # the data's; without data, torch's default
         plates, self._local_latents = find_subsample_plates(model, self._args, self._kwargs)
         #: ``{plate name: (size N, the model's subsample_size)}`` of the model's subsample plates
         self.subsample_plates = plates
         #: what the subsample plates are conditioned on: all indices, or a minibatch's rows
-        self._plate_rows = {name: torch.arange(size) for name, (size, _) in plates.items()}
+        self._plate_rows = {name: torch.arange(size, device=self.device) for name, (size, _) in plates.items()}
         self._full_model = poutine.condition(model, data=self._plate_rows) if plates else model
         with self._free():
             init, fn, transforms, _ = initialize_model(self._full_model, self._args, self._kwargs)
@@ -151,26 +153,29 @@ class PyroPotential(FlatPotential):
         self.shapes = {n: tuple(init[n].shape) for n in self.names}
         self.transforms = {n: transforms.get(n, identity_transform) for n in self.names}
         self.initial = {n: v.detach() for n, v in init.items()}
+        floating = [v for v in self.initial.values() if v.is_floating_point()]
+        if floating:  # where and in which dtype the model's latent values are
+            self.device, self.dtype = floating[0].device, floating[0].dtype
         self._layout()
 
     def __call__(self, theta: Tensor) -> Tensor:
         if theta.dim() == 1:
             if not bool(torch.isfinite(theta).all()):
-                return torch.full((), float("nan"), dtype=theta.dtype)
+                return theta.new_full((), float("nan"))
             try:
                 with self._free():
                     return self._fn(self.unflatten(theta))
             except ValueError as err:
                 if not _out_of_support(err):
                     raise
-                return torch.full((), float("nan"), dtype=theta.dtype)
+                return theta.new_full((), float("nan"))
         return torch.stack([self(t) for t in theta])
 
     def value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         if theta.dim() > 1:
             values, grads = zip(*(self.value_and_grad(t) for t in theta))
             return torch.stack(values), torch.stack(grads)
-        nan = (torch.full((), float("nan"), dtype=theta.dtype), torch.full_like(theta, float("nan")))
+        nan = (theta.new_full((), float("nan")), torch.full_like(theta, float("nan")))
         if not bool(torch.isfinite(theta).all()):
             return nan
         try:
@@ -269,10 +274,10 @@ class PyroPotential(FlatPotential):
             if (is_identity(transform) or is_identity(transform.inv)) and site.get("mask") is None:
                 beta = laplace_l1_weight(site["fn"])
             if beta is None:
-                parts.append(torch.zeros(self.shapes[name]))
+                parts.append(torch.zeros(self.shapes[name], **self.placement))
                 continue
             scale = site.get("scale", 1.0)
-            beta = torch.as_tensor(scale, dtype=beta.dtype) * beta
+            beta = torch.as_tensor(scale, dtype=beta.dtype, device=beta.device) * beta
             parts.append(torch.broadcast_to(beta.detach(), self.shapes[name]))
-        dtype = torch.get_default_dtype()
-        return torch.cat([p.reshape(-1).to(dtype) for p in parts]) if parts else torch.zeros(0, dtype=dtype)
+        placement = self.placement
+        return torch.cat([p.reshape(-1).to(**placement) for p in parts]) if parts else torch.zeros(0, **placement)

@@ -37,7 +37,8 @@ def num_batches(num_data: int, batch_size: int | None) -> int:
 
 
 def kl_weights(num_batches: int, scheme: str | float = "uniform") -> Tensor:
-    r"""KL weights :math:`\pi_1..\pi_M` of the minibatches of one epoch (float64).
+    r"""KL weights :math:`\pi_1..\pi_M` of the minibatches of one epoch (float64, on the host: numbers
+    for the optimisation loop).
 
     ``"uniform"``: :math:`1/M`; ``"blundell"``: :math:`2^{M-i}/(2^M-1)`;
     a number :math:`\lambda > 0`: :math:`\lambda^i/\sum_{k=1}^M\lambda^k`;
@@ -45,11 +46,12 @@ def kl_weights(num_batches: int, scheme: str | float = "uniform") -> Tensor:
     """
     count("num_batches", num_batches)
     check_kl_weighting(scheme)
-    i = torch.arange(1, num_batches + 1, dtype=torch.float64)
+    host = {"dtype": torch.float64, "device": "cpu"}
+    i = torch.arange(1, num_batches + 1, **host)
     if scheme == "none":
-        return torch.ones(num_batches, dtype=torch.float64)
+        return torch.ones(num_batches, **host)
     if scheme == "uniform":
-        return torch.full((num_batches,), 1.0 / num_batches, dtype=torch.float64)
+        return torch.full((num_batches,), 1.0 / num_batches, **host)
     lam = 0.5 if scheme == "blundell" else float(scheme)
     return torch.softmax(i * math.log(lam), 0)  # lambda^i / sum_k lambda^k, without overflow
 
@@ -69,7 +71,7 @@ def gaussian_kl(loc: Tensor, scale: Tensor, prior_scale: Tensor | float) -> Tens
 
     .. math:: \mathrm{KL}(N(\mu, \sigma^2) \,\|\, N(0, s^2)) = \log(s/\sigma) + (\sigma^2 + \mu^2)/(2s^2) - 1/2
     """
-    prior_scale = torch.as_tensor(prior_scale, dtype=loc.dtype)
+    prior_scale = torch.as_tensor(prior_scale, dtype=loc.dtype, device=loc.device)
     return torch.log(prior_scale / scale) + (scale ** 2 + loc ** 2) / (2 * prior_scale ** 2) - 0.5
 
 
@@ -134,14 +136,14 @@ def elbo_terms(loc: Tensor, rho: Tensor, eps: Tensor, log_density: Callable[[Ten
     analytic = None if prior_scale is None else torch.isfinite(prior_scale)
     if analytic is not None and bool(analytic.all()) and estimator != "score":
         kl_analytic = gaussian_kl(loc, scale, prior_scale).sum()  # nothing left to Monte Carlo
-        log_q, log_q_mc = None, torch.zeros(theta.shape[:-1], dtype=theta.dtype)
+        log_q, log_q_mc = None, theta.new_zeros(theta.shape[:-1])
     else:
         log_q = normal_log_prob(theta, q_loc, q_scale)
         if analytic is not None and bool(analytic.any()):
             kl_analytic = gaussian_kl(loc[analytic], scale[analytic], prior_scale[analytic]).sum()
             log_q_mc = log_q[..., ~analytic].sum(-1)
         else:
-            kl_analytic = torch.zeros((), dtype=loc.dtype)
+            kl_analytic = loc.new_zeros(())
             log_q_mc = log_q.sum(-1)
     log_prior, log_lik = log_density(theta)
     return ELBOTerms(kl_analytic, log_q_mc - log_prior, -log_lik,

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ...results import Draws, VITrace
 from ..checkpoint import deferred_interrupt, rng_state, set_rng_state
-from ..potential import FlatPotential, initial_theta
+from ..potential import FlatPotential, initial_theta, placement
 from .convergence import converged, elbo_change, fit_spread, not_converged_message, stationarity, window_steps
 from .elbo import elbo_terms, gaussian_kl, kl_weights, num_batches, surrogate_loss
 from .optim import make_optimizer
@@ -38,7 +38,8 @@ class MeanFieldGuide:
 
     def sample(self, num_samples: int, generator: torch.Generator | None = None) -> Tensor:
         """``[num_samples, D]`` iid draws."""
-        eps = torch.randn(num_samples, self.loc.numel(), dtype=self.loc.dtype, generator=generator)
+        eps = torch.randn(num_samples, self.loc.numel(), dtype=self.loc.dtype, device=self.loc.device,
+                          generator=generator)
         return self.loc + self.scale * eps
 
     def kl(self, prior_scale: Tensor | float) -> Tensor:
@@ -112,7 +113,7 @@ def analytic_prior_scale(potential, kl_mode: str) -> Tensor | None:
     if kl_mode == "mc":
         return None
     scale_of = getattr(potential, "gaussian_prior_scale", None)
-    scale = scale_of() if scale_of is not None else torch.full((potential.dim,), math.nan)
+    scale = scale_of() if scale_of is not None else torch.full((potential.dim,), math.nan, **placement(potential))
     if kl_mode == "analytic" and not bool(torch.isfinite(scale).all()):
         raise ValueError(f"kl='analytic' needs an iid Gaussian prior on every unconstrained coordinate; "
                          f"not so for {', '.join(_sites_without_closed_form(potential, scale))}: use kl='auto' "
@@ -227,6 +228,7 @@ class _Objective:
 
     def __init__(self, potential, opts: VIOptions, prior_scale: Tensor | None):
         self.potential, self.opts, self.prior_scale = potential, opts, prior_scale
+        self.device = getattr(potential, "device", None)  # where the minibatch rows go: the data's device
         self.n = int(potential.num_data)
         self.m = num_batches(self.n, opts.batch_size)
         self.pi = kl_weights(self.m, opts.kl_weighting)
@@ -240,9 +242,9 @@ class _Objective:
         """``(terms, KL weight, surrogate / N)`` of step ``step`` (counted from 0)."""
         i = step % self.m
         if i == 0 and self.m > 1:
-            self.batches = list(torch.tensor_split(torch.randperm(self.n), self.m))
+            self.batches = list(torch.tensor_split(torch.randperm(self.n, device=self.device), self.m))
         rows = self.batches[i]
-        eps = torch.randn(self.opts.num_particles, loc.numel(), dtype=loc.dtype)
+        eps = torch.randn(self.opts.num_particles, loc.numel(), dtype=loc.dtype, device=loc.device)
         skip_gaussian = self.prior_scale is not None
         terms = elbo_terms(loc, rho, eps,
                            lambda theta: self.potential.log_prior_and_likelihood(theta, rows, skip_gaussian),
@@ -261,18 +263,18 @@ class _Objective:
         guide ``(loc, rho)`` from ``draws`` fresh gradient estimates (whole epochs of minibatches)."""
         loc, rho = loc.detach().clone().requires_grad_(True), rho.detach().clone().requires_grad_(True)
         batches = self.batches  # the fit's epoch goes on with its own partition afterwards
-        total = torch.zeros(2 * loc.numel(), dtype=torch.float64)
+        total = torch.zeros(2 * loc.numel(), dtype=torch.float64, device=loc.device)
         squares = torch.zeros_like(total)
-        count = 0
+        count = torch.zeros((), dtype=torch.long, device=loc.device)
         for step in range(draws):
             _, _, loss = self(loc, rho, step)
             grad = torch.cat(torch.autograd.grad(loss, (loc, rho))).to(torch.float64)
-            if bool(torch.isfinite(grad).all()):
-                total += grad
-                squares += grad * grad
-                count += 1
+            finite = torch.isfinite(grad).all()  # an estimate that is not finite is left out
+            total += torch.where(finite, grad, 0.0)
+            squares += torch.where(finite, grad * grad, 0.0)
+            count += finite
         self.batches = batches
-        return stationarity(total.numpy(), squares.numpy(), count)
+        return stationarity(total.cpu().numpy(), squares.cpu().numpy(), int(count))
 
 
 def fit_mean_field(potential, options: VIOptions | None = None, *,
@@ -342,8 +344,11 @@ def fit_mean_field(potential, options: VIOptions | None = None, *,
         for o in optimizers:
             o.zero_grad()
         surrogate.backward()
-        loss = float((w * terms.kl + terms.nll).mean().detach())
-        finite = math.isfinite(loss) and all(bool(torch.isfinite(p.grad).all()) for p in (loc, rho))
+        # the step's numbers on the host in one transfer (on a GPU: one synchronisation per step)
+        grads_finite = torch.isfinite(loc.grad).all() & torch.isfinite(rho.grad).all()
+        loss, kl, nll, grads_finite = torch.stack([(w * terms.kl + terms.nll).mean(), terms.kl.mean(),
+                                                   terms.nll.mean(), grads_finite.to(loc.dtype)]).tolist()
+        finite = math.isfinite(loss) and grads_finite == 1.0
         trace["lr_loc"][step] = opt_loc.param_groups[0]["lr"]
         trace["lr_scale"][step] = opt_rho.param_groups[0]["lr"]
         if finite:
@@ -351,7 +356,6 @@ def fit_mean_field(potential, options: VIOptions | None = None, *,
                 o.step()
             trace["loss"][step] = loss
             objective.update_baseline(terms, w)
-        kl, nll = float(terms.kl.mean().detach()), float(terms.nll.mean().detach())
         trace["kl"][step], trace["nll"][step], trace["elbo"][step] = kl, nll, -(kl + nll)
         if opts.schedule == "exponential":
             for s in schedulers:
@@ -452,13 +456,13 @@ def sample_mean_field(potential, options: VIOptions, num_samples: int, num_chain
     fits = _fits(potential, options, num_chains, checkpoint)
     theta = torch.stack([f.guide.sample(num_samples) for f in fits])  # [chain, draw, D]
     with torch.no_grad():
-        samples = {k: v.numpy() for k, v in potential.constrain(theta).items()}
-        lp = -potential(theta.reshape(-1, potential.dim)).reshape(num_chains, num_samples).numpy()
+        samples = {k: v.cpu().numpy() for k, v in potential.constrain(theta).items()}
+        lp = -potential(theta.reshape(-1, potential.dim)).reshape(num_chains, num_samples).cpu().numpy()
     longest = max(f.num_steps for f in fits)
     trace = {k: np.stack([np.pad(f.trace[k], (0, longest - f.num_steps), constant_values=np.nan) for f in fits])
              for k in TRACES}
-    loc = torch.stack([f.guide.loc for f in fits]).numpy()
-    scale = torch.stack([f.guide.scale for f in fits]).numpy()
+    loc = torch.stack([f.guide.loc for f in fits]).cpu().numpy()
+    scale = torch.stack([f.guide.scale for f in fits]).cpu().numpy()
     change = np.array([f.relative_change for f in fits])
     stat = np.array([f.stationarity for f in fits])
     final_elbo = np.array([f.final_elbo for f in fits])

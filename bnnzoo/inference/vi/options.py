@@ -140,7 +140,9 @@ class VIOptions:
 
     @property
     def initial_scale(self) -> float:
-        return F.softplus(torch.tensor(float(self.init_rho))).item() if self.init_rho is not None else self.init_scale
+        if self.init_rho is None:
+            return self.init_scale
+        return F.softplus(torch.tensor(float(self.init_rho), device="cpu")).item()  # a number, on the host
 
     @property
     def initial_rho(self) -> float:
