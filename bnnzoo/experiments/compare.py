@@ -128,13 +128,13 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
     return row
 
 
-def _cell_row(cell: Cell, result: Run) -> dict[str, Any]:
-    """A study's row function: the comparison row of one cell."""
+def comparison_row(cell: Cell, result: Run) -> dict[str, Any]:
+    """The row of one cell of a comparison (a study's row function)."""
     return _row(cell.label, cell.engine, result)
 
 
-def _table(rows: list[dict]) -> pd.DataFrame:
-    """The ranked table of comparison rows, with the columns of their task."""
+def ranked_table(rows: list[dict]) -> pd.DataFrame:
+    """The table of comparison rows (:func:`comparison_row`), ranked, with the columns of their task."""
     rows = [dict(r) for r in rows]
     _rank(rows)
     task = "classification" if "accuracy" in rows[0] else "regression"
@@ -206,17 +206,17 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
     if resume and checkpoint is None:
         raise ValueError("resume=True: give the checkpoint folder to continue from (checkpoint=DIR)")
     cells = [Cell(label, kind, {**common, **options}) for label, kind, options in items]
-    study = Study(cells, data, model_or_spec, row=_cell_row, table=_table, table_name="comparison.csv",
-                  out=checkpoint, resume=resume, executor=executor, name="compare", progress=progress,
-                  threads=threads, dtype=dtype, checkpoint_every=checkpoint_every,
+    study = Study(cells, data, model_or_spec, row=comparison_row, table=ranked_table,
+                  table_name="comparison.csv", out=checkpoint, resume=resume, executor=executor, name="compare",
+                  progress=progress, threads=threads, dtype=dtype, checkpoint_every=checkpoint_every,
                   checkpoint_seconds=checkpoint_seconds)
     try:
         finished = study.run()
     except KeyboardInterrupt as stop:  # hand on what finished
         done = getattr(stop, "finished", [])
-        stop.runs, stop.table = _runs(study, done), _table([f.row for f in done]) if done else None
+        stop.runs, stop.table = _runs(study, done), ranked_table([f.row for f in done]) if done else None
         raise
-    return _table([f.row for f in finished]), _runs(study, finished)
+    return ranked_table([f.row for f in finished]), _runs(study, finished)
 
 
 def _runs(study: Study, finished: list[Finished]) -> dict[str, Run]:

@@ -273,7 +273,8 @@ class Study:
         finished = self._earlier()
         running: list[str] = []
         self._start = time.monotonic()
-        self._report(finished, running)
+        if finished:
+            self._report(finished, running)
         try:
             pending = [i for i in range(len(self.cells)) if i not in finished]
             if pending:
@@ -287,7 +288,8 @@ class Study:
                     for i, outcome in executor.map(_execute, (self.data,), jobs, started):
                         running.remove(self.cells[i].label)
                         finished[i] = self._finish(i, outcome, finished)
-                        self._report(finished, running)
+                        if len(finished) + len(running) == len(self.cells):  # else the next start reports
+                            self._report(finished, running)
         except BaseException as stop:  # Ctrl-C, an error: hand on what finished
             stop.finished = [finished[i] for i in sorted(finished)]
             raise
