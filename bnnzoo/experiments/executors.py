@@ -135,11 +135,11 @@ class RayExecutor:
             self._started_ray = False
 
     def _connect(self) -> None:
+        if self.address not in (None, "auto"):
+            _check_reachable(self.address)
         ray = self._ray = _import_ray()
         if ray.is_initialized():
             return
-        if self.address not in (None, "auto"):
-            _check_reachable(self.address)
         local = self.address is None and not os.environ.get("RAY_ADDRESS")
         options = {"num_cpus": self.workers, "include_dashboard": False,
                    "runtime_env": {"env_vars": {"PYTHONPATH": _package_path()}}} if local else {}
