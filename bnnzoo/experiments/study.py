@@ -15,7 +15,8 @@ With an output folder ``out``, as soon as a cell finishes the study writes
   (cells done, total, running).
 
 Each file is written under a temporary name and renamed. A running cell keeps its
-engine checkpoint in ``checkpoints/<label>/`` (:mod:`bnnzoo.inference.checkpoint`).
+engine checkpoint in ``checkpoints/<label>/`` (:mod:`bnnzoo.inference.checkpoint`;
+a study that keeps runs keeps it after the cell finishes, to load the run from).
 Running the same study again (``resume=True``) skips the finished cells and
 continues the ones that were running from their checkpoints; a cell whose
 fingerprint changed runs afresh. A killed study loses only the work since the
@@ -34,6 +35,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -175,9 +177,13 @@ class _Store:
         _write_json(path, print_)
         return False
 
-    def save(self, cell: Cell, print_: dict, result: Run, row: dict) -> None:
+    def save(self, cell: Cell, print_: dict, result: Run, row: dict, keep_checkpoint: bool) -> None:
+        """The cell's NetCDF, then its record; its engine checkpoint (the finished run, for
+        :meth:`Study.load_run`) is removed unless kept."""
         _write_atomic(self.netcdf(cell), lambda p: to_inference_data(result).to_netcdf(str(p)))
         _write_json(self.record(cell), {"label": cell.label, "fingerprint": print_, "row": row})
+        if not keep_checkpoint:
+            shutil.rmtree(self.checkpoint(cell), ignore_errors=True)
 
     def write_table(self, rows: list[dict]) -> None:
         table = self.table(rows)
@@ -220,7 +226,8 @@ class Study:
     threads, dtype, checkpoint_every, checkpoint_seconds
         As for :func:`bnnzoo.inference.run` (threads: in this process; a Ray cell runs on one).
     keep_runs : bool
-        Keep each cell's ``Run`` in :attr:`Finished.run` (else only its row: less memory).
+        Keep each cell's ``Run`` in :attr:`Finished.run`, and its engine checkpoint in ``out`` to
+        load it from in a later call (:meth:`load_run`); else only its row (less memory and disk).
 
     Every cell's engine and options, every model and the data are checked when the
     study is built, before any cell runs: a ``ValueError`` naming the cell, the field
@@ -321,7 +328,7 @@ class Study:
         """Write a finished cell (NetCDF, record, table); its run gets the study's model and data back."""
         result = dataclasses.replace(outcome.run, model=self.models[i], data=self.data)
         if self.store is not None:
-            self.store.save(self.cells[i], self.prints[i], result, outcome.row)
+            self.store.save(self.cells[i], self.prints[i], result, outcome.row, keep_checkpoint=self.keep_runs)
             rows = {**{j: f.row for j, f in finished.items()}, i: outcome.row}
             self.store.write_table([rows[j] for j in sorted(rows)])
         return Finished(self.cells[i], outcome.row, result if self.keep_runs else None)
