@@ -119,7 +119,9 @@ def _read_plan(path: str | Path, doc: dict, tables: tuple[str, ...]) -> dict:
 
     unknown = sorted(set(doc) - set(tables))
     if unknown:
-        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected {', '.join(tables)}")
+        described = " (and a top-level description)" if "description" in tables else ""
+        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected "
+                         f"{', '.join(t for t in tables if t != 'description')}{described}")
     if "model" not in doc:
         raise ValueError(f"{path}: missing the [model] table")
     settings = doc.get("run", {})

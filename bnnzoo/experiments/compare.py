@@ -162,11 +162,14 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
     num_samples, warmup_steps, num_chains, seed, progress
         Common settings.
     checkpoint : path, optional
-        A folder: each engine's ``<label>.nc`` and the table so far (``comparison.csv``) are
-        written there as soon as that engine finishes, and the running engine's checkpoint
-        under ``checkpoints/<label>/`` (:func:`bnnzoo.inference.run`).
+        A folder: each engine's ``<label>.nc``, its row (``cells/<label>.json``) and the table
+        so far (``comparison.csv``) are written there as soon as that engine finishes, and the
+        running engine's checkpoint under ``checkpoints/<label>/`` (a
+        :class:`~bnnzoo.experiments.Study` with one cell per engine).
     resume : bool
-        Skip the engines that finished in ``checkpoint`` and continue the one that was running.
+        Skip the engines that finished in ``checkpoint`` (their runs are loaded from their
+        checkpoints) and continue the ones that were running; an engine whose settings
+        changed since runs afresh.
     checkpoint_every, checkpoint_seconds
         How often the running engine's state is saved.
     threads : "auto", int or None

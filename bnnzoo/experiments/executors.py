@@ -35,6 +35,7 @@ class InProcess:
 
     name = "inprocess"
     shows_engine_progress = True
+    shared_disk = True  # a running cell keeps its engine checkpoint in the study's folder
 
     def __enter__(self) -> "InProcess":
         return self
@@ -100,27 +101,36 @@ class RayExecutor:
         (``ray://`` needs ``pip install "ray[client]"``).
     workers : int, optional
         Cells running at once (default: the cluster's CPUs).
+    shared_disk : bool, optional
+        Whether the workers see the study's folder, so that a running cell keeps its engine
+        checkpoint there (and a killed study continues it). Default: True for a local Ray,
+        False for a cluster (a running cell then starts afresh after a kill). The driver
+        writes every finished cell's files itself either way.
 
     Entering the executor connects (an unreachable address is a ``ConnectionError``
-    naming it, before any cell runs); it may be entered again by several studies,
-    and Ray stops when the outermost one leaves (if this executor started it).
+    naming it, before any cell runs); it may be entered again by several studies, and
+    the outermost one leaving stops the local Ray it started, or disconnects from the
+    cluster (a Ray initialised by the caller is left as it is).
     """
 
     name = "ray"
     shows_engine_progress = False  # workers' lines would interleave; the study prints cells done / running
 
-    def __init__(self, address: str | None = None, workers: int | None = None):
+    def __init__(self, address: str | None = None, workers: int | None = None, shared_disk: bool | None = None):
         if address is not None and (not isinstance(address, str) or not address):
             raise ValueError(f"ray address must be None, 'auto', 'HOST:PORT' or 'ray://HOST:PORT', got {address!r}")
         if address not in (None, "auto"):
             _host_port(address)
         if workers is not None:
             validation.integer("workers", workers, 1)
+        if shared_disk is not None:
+            validation.boolean("shared_disk", shared_disk)
         self.address, self.workers = address, workers
-        self._depth, self._started_ray, self._ray = 0, False, None
+        self.shared_disk = self._local() if shared_disk is None else shared_disk
+        self._depth, self._connected, self._ray = 0, False, None
 
     def __repr__(self) -> str:
-        return f"RayExecutor(address={self.address!r}, workers={self.workers!r})"
+        return f"RayExecutor(address={self.address!r}, workers={self.workers!r}, shared_disk={self.shared_disk!r})"
 
     def __enter__(self) -> "RayExecutor":
         if self._depth == 0:
@@ -130,9 +140,13 @@ class RayExecutor:
 
     def __exit__(self, *exc) -> None:
         self._depth -= 1
-        if self._depth == 0 and self._started_ray:
+        if self._depth == 0 and self._connected:
             self._ray.shutdown()
-            self._started_ray = False
+            self._connected = False
+
+    def _local(self) -> bool:
+        """Whether this executor starts a Ray of its own on this machine."""
+        return self.address is None and not os.environ.get("RAY_ADDRESS")
 
     def _connect(self) -> None:
         if self.address not in (None, "auto"):
@@ -140,7 +154,7 @@ class RayExecutor:
         ray = self._ray = _import_ray()
         if ray.is_initialized():
             return
-        local = self.address is None and not os.environ.get("RAY_ADDRESS")
+        local = self._local()
         options = {"num_cpus": self.workers, "include_dashboard": False,
                    "runtime_env": {"env_vars": {"PYTHONPATH": _package_path()}}} if local else {}
         try:
@@ -148,7 +162,7 @@ class RayExecutor:
         except Exception as err:  # ConnectionError, a missing ray[client], a refused version: one line
             raise ConnectionError(f"ray address {self.address or os.environ.get('RAY_ADDRESS') or 'local'!r}: "
                                   f"{type(err).__name__}: {err}") from None
-        self._started_ray = True
+        self._connected = True
 
     @property
     def slots(self) -> int:

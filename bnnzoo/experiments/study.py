@@ -38,6 +38,7 @@ import re
 import shutil
 import sys
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -258,7 +259,7 @@ class Study:
         self.prints = [{**self._fingerprint(cell, i, dtype), **data_print} for i, cell in enumerate(self.cells)]
 
     def _resolve_models(self, dtype, seed) -> list:
-        """Each cell's BNN; cells that share a model object share its BNN."""
+        """Each cell's BNN; cells that share a model object share its BNN (no model: the study's)."""
         resolved = {id(None): self.model}
         for cell in self.cells:
             if id(cell.model) not in resolved:
@@ -278,29 +279,32 @@ class Study:
     def run(self) -> list[Finished]:
         """Run the cells not finished yet; every cell's :class:`Finished`, in cell order."""
         finished = self._earlier()
-        running: list[str] = []
-        self._start = time.monotonic()
+        self._start, self._running = time.monotonic(), []
         if finished:
-            self._report(finished, running)
+            self._report(finished)
+        pending = [i for i in range(len(self.cells)) if i not in finished]
         try:
-            pending = [i for i in range(len(self.cells)) if i not in finished]
             if pending:
-                with self.executor as executor:  # connects here: a bad address fails before any cell runs
-                    jobs = ((i, self._job(i, executor)) for i in pending)
-
-                    def started(i):
-                        running.append(self.cells[i].label)
-                        self._report(finished, running)
-
-                    for i, outcome in executor.map(_execute, (self.data,), jobs, started):
-                        running.remove(self.cells[i].label)
-                        finished[i] = self._finish(i, outcome, finished)
-                        if len(finished) + len(running) == len(self.cells):  # else the next start reports
-                            self._report(finished, running)
+                self._run_pending(pending, finished)
         except BaseException as stop:  # Ctrl-C, an error: hand on what finished
             stop.finished = [finished[i] for i in sorted(finished)]
             raise
         return [finished[i] for i in range(len(self.cells))]
+
+    def _run_pending(self, pending: list[int], finished: dict[int, Finished]) -> None:
+        """The pending cells on the executor, each written (and added to ``finished``) as it finishes."""
+        def started(i: int) -> None:
+            self._running.append(self.cells[i].label)
+            self._report(finished)
+
+        with self.executor as executor:  # connects here: a bad address fails before any cell runs
+            jobs = ((i, self._job(i, executor)) for i in pending)
+            with closing(executor.map(_execute, (self.data,), jobs, started)) as outcomes:
+                for i, outcome in outcomes:
+                    self._running.remove(self.cells[i].label)
+                    finished[i] = self._finish(i, outcome, finished)
+                    if len(finished) + len(self._running) == len(self.cells):  # else the next start reports
+                        self._report(finished)
 
     def _earlier(self) -> dict[int, Finished]:
         """The cells finished in ``out`` by an earlier call (none without ``resume``)."""
@@ -316,11 +320,12 @@ class Study:
         return done
 
     def _job(self, i: int, executor) -> tuple:
+        """The arguments of cell ``i``'s run on ``executor`` (after the study's data)."""
         cell = self.cells[i]
         settings = {**self.settings, "threads": executor.threads(self.settings["threads"]),
                     "progress": self.progress and executor.shows_engine_progress}
-        if self.store is not None:
-            settings.update(checkpoint=str(self.store.checkpoint(cell)), **self.checkpointing,
+        if self.store is not None and executor.shared_disk:
+            settings.update(checkpoint=str(self.store.checkpoint(cell).absolute()), **self.checkpointing,
                             resume=self.resume and self.store.resumable(cell, self.prints[i]))
         return cell, self.models[i], settings, self.row
 
@@ -333,8 +338,9 @@ class Study:
             self.store.write_table([rows[j] for j in sorted(rows)])
         return Finished(self.cells[i], outcome.row, result if self.keep_runs else None)
 
-    def _report(self, finished: dict[int, Finished], running: list[str]) -> None:
-        total, earlier = len(self.cells), sum(f.earlier for f in finished.values())
+    def _report(self, finished: dict[int, Finished]) -> None:
+        """A progress line (cells done / total, the running ones) and ``progress.json``."""
+        total, earlier, running = len(self.cells), sum(f.earlier for f in finished.values()), self._running
         if self.store is not None:
             self.store.write_progress(total=total, done=len(finished), earlier=earlier, running=running)
         if not self.progress or total < 2:
