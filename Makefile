@@ -1,4 +1,5 @@
-# bnnzoo: `make demo` runs the end-to-end comparison, `make test` the test suite.
+# bnnzoo: `make demo` runs the end-to-end comparison, `make test` the test suite, `make test-ray`
+# the studies on a local Ray (it installs the ray extra first).
 # Each creates .venv if missing and installs what it needs. torch is installed
 # first and pinned, so installing bnnzoo never pulls another build. TORCH_INDEX,
 # when set, is the only index that torch comes from: TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -9,8 +10,9 @@ TORCH_INDEX ?=
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RAY_STAMP := $(VENV)/.installed-ray
 
-.PHONY: demo test test-slow bench install clean
+.PHONY: demo test test-slow test-ray bench install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +21,10 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)") "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
+
+$(RAY_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[dev,ray]"
+	touch $(RAY_STAMP)
 
 install: $(STAMP)
 
@@ -30,6 +36,9 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
+
+test-ray: $(RAY_STAMP)
+	$(BIN)/python -m pytest -m ray
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_gradient.py

@@ -1,4 +1,4 @@
-"""The ``bnnzoo`` command: ``demo``, ``run SPEC.toml``, ``list``, ``inspect RUN.nc``.
+"""The ``bnnzoo`` command: ``demo``, ``run SPEC.toml``, ``sweep GRID.toml``, ``list``, ``inspect RUN.nc``.
 
 Errors print one line and exit with status 1 (2 for usage errors); ``--debug``
 shows the traceback.
@@ -112,28 +112,20 @@ def cmd_demo(args) -> int:
                     **_checkpointing(args))
 
 
-def read_run_file(path: str | Path, device: str | None = None) -> dict:
-    """Read a run file: ``[model]`` (a spec), ``[data]``, ``[[engines]]``, an optional ``[run]``
-    table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``, ``dtype`` (``"float64"``),
-    ``device`` (``"cuda"``), and an optional top-level ``description = "..."`` (the report's
-    description; without it, a summary of the model, data and engines). ``device`` (the CLI's
-    ``--device``) replaces the file's. Every table is checked before anything runs (the data set's
-    values by its loader): a ``ValueError`` naming the table, the key and the value. The plan has
-    the file's own text as ``text``."""
+def _read_plan(path: str | Path, doc: dict, tables: tuple[str, ...], device: str | None = None) -> dict:
+    """What run files and sweep files share, checked: the tables present, ``[model]`` (a spec),
+    ``[data]`` and ``[run]`` (counts, ``dtype`` and ``device``; ``device``, the CLI's ``--device``,
+    replaces the file's). ``settings`` holds the counts."""
     from .data import check_load
-    from .inference import check_run
     from .inference.engines import COUNTS
     from .inference.engines.run import resolve_dtype
-    from .models.spec import BNNSpec, read_toml
+    from .models.spec import BNNSpec
 
-    doc = read_toml(path, "run file")
-    unknown = sorted(set(doc) - {"model", "data", "engines", "run", "description"})
+    unknown = sorted(set(doc) - set(tables))
     if unknown:
-        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected model, data, engines, run "
-                         f"(and a top-level description)")
-    description = doc.get("description", "")
-    if not isinstance(description, str):
-        raise ValueError(f"description: expected a string, got {description!r}")
+        described = " (and a top-level description)" if "description" in tables else ""
+        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected "
+                         f"{', '.join(t for t in tables if t != 'description')}{described}")
     if "model" not in doc:
         raise ValueError(f"{path}: missing the [model] table")
     settings = doc.get("run", {})
@@ -159,6 +151,27 @@ def read_run_file(path: str | Path, device: str | None = None) -> dict:
     spec = BNNSpec.from_dict(doc["model"])
     name, data_options = _data_table(doc.get("data"))
     check_load(name, [k for k in data_options if k != "seed"])
+    return {"spec": spec, "data": doc.get("data"), "dtype": dtype, "device": device, "settings": settings,
+            "data_name": name, "data_options": data_options}
+
+
+def read_run_file(path: str | Path, device: str | None = None) -> dict:
+    """Read a run file: ``[model]`` (a spec), ``[data]``, ``[[engines]]``, an optional ``[run]``
+    table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``, ``dtype`` (``"float64"``),
+    ``device`` (``"cuda"``), and an optional top-level ``description = "..."`` (the report's
+    description; without it, a summary of the model, data and engines). ``device`` (the CLI's
+    ``--device``) replaces the file's. Every table is checked before anything runs (the data set's
+    values by its loader): a ``ValueError`` naming the table, the key and the value. The plan has
+    the file's own text as ``text``."""
+    from .inference import check_run
+    from .models.spec import read_toml
+
+    doc = read_toml(path, "run file")
+    plan = _read_plan(path, doc, ("model", "data", "engines", "run", "description"), device)
+    spec, settings = plan["spec"], plan["settings"]
+    description = doc.get("description", "")
+    if not isinstance(description, str):
+        raise ValueError(f"description: expected a string, got {description!r}")
     engines = doc.get("engines")
     if not isinstance(engines, list) or not engines:
         raise ValueError(f"{path}: add at least one [[engines]] table with kind = '<engine>', got {engines!r}")
@@ -176,13 +189,47 @@ def read_run_file(path: str | Path, device: str | None = None) -> dict:
         layers = "-".join([str(spec.input_dim or "x".join(map(str, spec.input_shape or ())))]
                           + [str(getattr(layer, "units", None) or type(layer).__name__) for layer in spec.layers])
         counts = ", ".join(f"{k} = {v}" for k, v in settings.items())
-        data_keys = ", ".join(f"{k} = {v}" for k, v in data_options.items())
+        data_keys = ", ".join(f"{k} = {v}" for k, v in plan["data_options"].items())
         description = (f"Model {spec.name or 'from the run file'} ({layers} units, prior "
                        f"{type(spec.prior).__name__}, likelihood {type(spec.likelihood).__name__}) on data "
-                       f"`{name}`{f' ({data_keys})' if data_keys else ''}; engines: {', '.join(kinds)}"
+                       f"`{plan['data_name']}`{f' ({data_keys})' if data_keys else ''}; engines: {', '.join(kinds)}"
                        f"{'; ' + counts if counts else ''}.")
-    return {"spec": spec, "data": doc.get("data"), "engines": engines, "description": description.strip(),
-            "text": Path(path).read_text(), "dtype": dtype, "device": device, **settings}
+    return {"spec": spec, "data": plan["data"], "engines": engines, "description": description.strip(),
+            "text": Path(path).read_text(), "dtype": plan["dtype"], "device": plan["device"], **settings}
+
+
+#: keys of a sweep file's [sweep] table
+SWEEP_KEYS = ("engines", "seeds", "grid")
+#: columns of a sweep's table that its printout leaves to sweep.csv
+SWEEP_HIDDEN = ("kind", "chains", "draws", "target_accept", "failed", "elbo", "note", "nrhat_lp", "nrhat_f_max",
+                "rhat_w_max", "ess_w_min")
+
+
+def read_sweep_file(path: str | Path, device: str | None = None) -> dict:
+    """Read a sweep file: ``[model]``, ``[data]`` and ``[run]`` as in a run file, and ``[sweep]`` with
+    ``engines = [...]``, ``seeds = [...]`` (default: ``[run] seed``, else ``[0]``) and a grid per engine,
+    ``[sweep.grid.<engine>]`` with ``option = [values]`` (a single value: fixed). Every cell is built
+    and checked before anything runs: a ``ValueError`` naming the table, the key and the value. The
+    plan has the cells' counts (``num_samples``, ``warmup_steps``, ``num_chains``), ``engines``,
+    ``grid``, ``seeds`` and ``cells``."""
+    from .experiments import grid_cells
+    from .models.spec import read_toml
+
+    doc = read_toml(path, "sweep file")
+    plan = _read_plan(path, doc, ("model", "data", "run", "sweep"), device)
+    table, settings = doc.get("sweep"), plan.pop("settings")
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: add a [sweep] table with engines = [...] (and seeds, [sweep.grid.<engine>])")
+    unknown = sorted(set(table) - set(SWEEP_KEYS))
+    if unknown:
+        raise ValueError(f"[sweep]: unknown key(s) {', '.join(unknown)}; expected {', '.join(SWEEP_KEYS)}")
+    if "seed" in settings and "seeds" in table:
+        raise ValueError(f"[run] seed = {settings['seed']!r} and [sweep] seeds = {table['seeds']!r}: give the "
+                         f"seeds once, in [sweep] seeds")
+    seeds = table["seeds"] if "seeds" in table else [settings.pop("seed", 0)]
+    cells = grid_cells(table.get("engines"), table.get("grid"), seeds, settings, where="sweep.")
+    return {**plan, **settings, "engines": table["engines"], "grid": table.get("grid", {}), "seeds": seeds,
+            "cells": cells}
 
 
 def cmd_run(args) -> int:
@@ -199,18 +246,53 @@ def _device_flag(args) -> str:
     return f" --device {args.device}" if args.device is not None else ""
 
 
+def _executor(args):
+    """The executor of ``--ray [ADDRESS]`` / ``--workers N`` (checked before anything runs)."""
+    from .experiments import RayExecutor
+
+    if args.ray is None:
+        if args.workers is not None:
+            raise ValueError(f"--workers {args.workers}: give --ray too (without it the cells run in this "
+                             f"process, one after another)")
+        return "inprocess"
+    return RayExecutor(None if args.ray == "local" else args.ray, workers=args.workers)
+
+
+def cmd_sweep(args) -> int:
+    from .experiments import format_table, sweep
+
+    plan = read_sweep_file(args.grid, getattr(args, "device", None))
+    executor = _executor(args)
+    data = load_data(plan["data"], 0)  # drawn once for every cell ([data] seed = N to change it)
+    counts = {k: plan[k] for k in ("num_samples", "warmup_steps", "num_chains") if k in plan}
+    try:
+        table = sweep(plan["spec"], data, plan["engines"], plan["grid"], plan["seeds"], out=args.out,
+                      executor=executor, progress=not args.no_progress, threads=args.threads, dtype=plan["dtype"],
+                      device=plan["device"],
+                      checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds, **counts)
+    except KeyboardInterrupt as stop:
+        done = len(getattr(stop, "finished", []))
+        print(f"bnnzoo: interrupted; {done} of {len(plan['cells'])} cells finished and the running cells' "
+              f"checkpoints are in {Path(args.out)}/; run the same command again to continue", file=sys.stderr)
+        return 130
+    print(format_table(table.drop(columns=[c for c in SWEEP_HIDDEN if c in table])))
+    print(f"\nwrote {Path(args.out) / 'sweep.csv'} (every column) and {len(table)} run file(s) in {Path(args.out)}/")
+    return 0
+
+
 def _checkpointing(args) -> dict:
     return {"resume": args.resume, "checkpoint_every": args.checkpoint_every,
             "checkpoint_seconds": args.checkpoint_seconds, "threads": args.threads}
 
 
-def _add_checkpoint_arguments(p) -> None:
-    p.add_argument("--resume", action="store_true",
-                   help="skip the engines that finished in --out and continue the one that was running")
+def _add_checkpoint_arguments(p, resume: bool = True) -> None:
+    if resume:
+        p.add_argument("--resume", action="store_true",
+                       help="skip the engines that finished in --out and continue the one that was running")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
-                   help="save the running engine's state every N iterations (default: by time only)")
+                   help="save each running engine's state every N iterations (default: by time only)")
     p.add_argument("--checkpoint-seconds", type=float, default=30.0, metavar="T",
-                   help="save the running engine's state every T seconds (default 30)")
+                   help="save each running engine's state every T seconds (default 30)")
     p.add_argument("--device", default=None, metavar="DEVICE",
                    help="where the engines compute: cpu, cuda or cuda:N (default: [run] device of a run file, "
                         "else cpu)")
@@ -368,6 +450,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     _add_checkpoint_arguments(p)
     p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("sweep", help="run engines x option grids x seeds from a TOML sweep file, each cell "
+                       "written as it finishes; run again to continue")
+    p.add_argument("grid", help="TOML file with [model], [data], optional [run], and [sweep] (engines, seeds, "
+                   "[sweep.grid.<engine>])")
+    p.add_argument("--out", default="out/sweep")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run the cells as Ray tasks: on a local Ray started for the sweep (no ADDRESS), or on a "
+                        "cluster ('auto', HOST:PORT, ray://HOST:PORT); needs pip install bnnzoo[ray]")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="with --ray: cells running at once (default: the cluster's CPUs)")
+    p.add_argument("--no-progress", action="store_true")
+    _add_checkpoint_arguments(p, resume=False)  # a sweep always continues: finished cells are skipped
+    p.set_defaults(fn=cmd_sweep)
 
     p = sub.add_parser("list", help="priors, likelihoods, engines, datasets and zoo models; or one engine's options")
     p.add_argument("engine", nargs="?", help="an engine: list its options with their defaults and meanings")

@@ -29,20 +29,28 @@ steps of Fig. 3; this script uses T = 0.3 and (eps, L) = (0.001, 200). It also
 prints the target acceptance that bnnzoo's HMC engines now default to for each
 network (:func:`~bnnzoo.inference.recommend_target_accept`).
 
+Every cell of the chosen parts is one cell of one study
+(:class:`~bnnzoo.experiments.Study`), run in this process or, with ``--ray``, as Ray
+tasks side by side (the same numbers either way; the longest cells start first).
+Each cell's NetCDF and row are written to ``runs/`` as it finishes, so running the
+same command again after a kill skips the finished cells.
+
 Usage::
 
     python examples/paper003_relu_hmc.py                  # L in (200, 600), 3 chains x 30 draws: ~5 min on one core
-    python examples/paper003_relu_hmc.py --full           # the paper's grid, 5 chains x 2000 draws: ~10 h (estimate)
+    python examples/paper003_relu_hmc.py --ray            # the same cells on a local Ray, one per core
+    python examples/paper003_relu_hmc.py --full --ray     # the paper's grid, 5 chains x 2000 draws: ~10 h of one core
     python examples/paper003_relu_hmc.py --smoke --out out/paper003_smoke   # seconds: checks the script
     python examples/paper003_relu_hmc.py --full --only table --activations relu --out out/paper003_relu
 
 ``--full`` costs about 9 h for the table (3 h per activation), 1.5 h for the
-efficiency curves and 2 h for the size sweep on one core: run parts in
-parallel processes with ``--only`` / ``--activations``.
+efficiency curves and 2 h for the size sweep on one core (estimates); ``--ray``
+divides that among the cores of the machine or cluster (``--ray ADDRESS``).
 
 Writes to ``out/paper003/`` (``--out``): ``table.md`` and ``table.csv`` (every
-cell, ours beside the paper's), ``efficiency.csv``, ``size.csv`` and the three
-figures.
+cell, ours beside the paper's), ``efficiency.csv``, ``size.csv``, the three
+figures, and ``runs/`` (each cell's NetCDF, its row in ``runs/cells/``,
+``runs/sweep.csv``).
 """
 
 from __future__ import annotations
@@ -56,7 +64,9 @@ import torch
 
 from bnnzoo.data import load
 from bnnzoo.diagnostics import plot_acceptance_sweep, plot_acceptance_vs_size, plot_efficiency
-from bnnzoo.experiments import acceptance_sweep, efficiency_curve, size_sweep
+from bnnzoo.experiments import (
+    SWEEP_COLUMNS, Cell, EfficiencyCurve, RayExecutor, acceptance_cells, efficiency_cells, run_sweep, size_cells,
+)
 from bnnzoo.inference import recommend_target_accept
 from bnnzoo.models.zoo import cosine_mlp
 
@@ -104,19 +114,42 @@ SMOKE = dict(DEFAULT, num_steps=(200,), chains=2, warmup=2, samples=3, eff_step_
              eff_samples=3, size_steps=50, widths=(10, 20), depths=(1, 2), size_warmup=2, size_samples=3)
 
 
-# ------------------------------------------------------------------ parts
-def table_part(cfg, data, activations, seed) -> pd.DataFrame:
-    """Every (activation, steps, step size) cell, with the paper's value beside ours."""
-    parts = []
+# ------------------------------------------------------------------ cells
+def paper_cells(cfg, parts, activations, seed) -> list[Cell]:
+    """Every cell of the chosen parts and activations: one study, whichever part a cell serves."""
+    cells = []
     for activation in activations:
-        start = time.perf_counter()
-        sweep = acceptance_sweep(cosine_mlp(activation=activation), data, STEP_SIZES, cfg["num_steps"],
-                                 num_samples=cfg["samples"], warmup_steps=cfg["warmup"], num_chains=cfg["chains"],
-                                 seed=seed)
-        sweep.insert(0, "activation", activation)
-        parts.append(sweep)
-        print(f"  table {activation:10s} {time.perf_counter() - start:6.0f} s", flush=True)
-    table = pd.concat(parts, ignore_index=True)
+        model, where = cosine_mlp(activation=activation), {"activation": activation}
+        if "table" in parts:
+            cells += acceptance_cells(model, STEP_SIZES, cfg["num_steps"], cfg["samples"], cfg["warmup"],
+                                      cfg["chains"], seed, coords={"part": "table", **where})
+        if "efficiency" in parts:
+            cells += efficiency_cells(model, cfg["travel_time"], cfg["eff_step_sizes"], cfg["eff_samples"],
+                                      cfg["eff_warmup"], cfg["chains"], seed, coords={"part": "efficiency", **where})
+        if "size" in parts:
+            cells += size_cells(model, cfg["size_step"], cfg["size_steps"], cfg["widths"], cfg["depths"], 20,
+                                cfg["size_samples"], cfg["size_warmup"], cfg["chains"], seed,
+                                coords={"part": "size", **where})
+    return cells
+
+
+def run_longest_first(cells: list[Cell], data, executor, out: Path) -> pd.DataFrame:
+    """The study of ``cells``, the longest (leapfrog steps x transitions) started first so that workers
+    finish together; rows back in cell order."""
+    cost = [c.options["num_steps"] * (c.options["warmup_steps"] + c.options["num_samples"]) for c in cells]
+    order = sorted(range(len(cells)), key=lambda i: -cost[i])
+    rows = run_sweep([cells[i] for i in order], data, executor=executor, out=out, name="paper003")
+    rows.index = order
+    return rows.sort_index()
+
+
+def part(rows: pd.DataFrame, name: str, columns) -> pd.DataFrame:
+    return rows[rows.part == name][list(columns)].reset_index(drop=True)
+
+
+def table_part(rows: pd.DataFrame) -> pd.DataFrame:
+    """Every (activation, steps, step size) cell, with the paper's value beside ours."""
+    table = part(rows, "table", ["activation", *SWEEP_COLUMNS])
     paper = [PAPER_TABLE2[a][n][STEP_SIZES.index(round(e, 4))]
              for a, n, e in zip(table.activation, table.num_steps, table.step_size)]
     table["paper"] = [p[0] for p in paper]
@@ -145,34 +178,23 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines + ["| " + " | ".join(map(cell, row)) + " |" for row in df.itertuples(index=False)])
 
 
-def efficiency_part(cfg, data, activations, seed):
-    curves, rows = {}, []
+def efficiency_part(cfg, rows: pd.DataFrame, activations):
+    curves, summary = {}, []
+    table = part(rows, "efficiency", ["activation", *SWEEP_COLUMNS])
     for activation in activations:
-        start = time.perf_counter()
-        curve = efficiency_curve(cosine_mlp(activation=activation), data, cfg["travel_time"], cfg["eff_step_sizes"],
-                                 num_samples=cfg["eff_samples"], warmup_steps=cfg["eff_warmup"],
-                                 num_chains=cfg["chains"], seed=seed)
+        curve = EfficiencyCurve.from_table(table[table.activation == activation][list(SWEEP_COLUMNS)],
+                                           cfg["travel_time"])
         curves[activation] = curve
         rec = recommend_target_accept(cosine_mlp(activation=activation))
-        rows.append({"activation": activation, "optimal_acceptance": curve.optimal_acceptance,
-                     "at_edge": curve.at_edge, "paper_optimal": PAPER_OPTIMAL[activation],
-                     "theory_optimal": rec.value, "max_efficiency": curve.table.efficiency.max()})
-        print(f"  efficiency {activation:10s} {time.perf_counter() - start:6.0f} s", flush=True)
-    return curves, pd.DataFrame(rows)
+        summary.append({"activation": activation, "optimal_acceptance": curve.optimal_acceptance,
+                        "at_edge": curve.at_edge, "paper_optimal": PAPER_OPTIMAL[activation],
+                        "theory_optimal": rec.value, "max_efficiency": curve.table.efficiency.max()})
+    return curves, pd.DataFrame(summary)
 
 
-def size_part(cfg, data, activations, seed) -> pd.DataFrame:
-    parts = []
-    for activation in activations:
-        start = time.perf_counter()
-        sweep = size_sweep(cosine_mlp(activation=activation), data, cfg["size_step"], cfg["size_steps"],
-                           widths=cfg["widths"], depths=cfg["depths"], depth_width=20,
-                           num_samples=cfg["size_samples"], warmup_steps=cfg["size_warmup"],
-                           num_chains=cfg["chains"], seed=seed)
-        sweep.insert(0, "activation", activation)
-        parts.append(sweep)
-        print(f"  size {activation:10s} {time.perf_counter() - start:6.0f} s", flush=True)
-    return pd.concat(parts, ignore_index=True)
+def size_part(rows: pd.DataFrame) -> pd.DataFrame:
+    sizes = part(rows, "size", ["activation", "architecture", "width", "depth", *SWEEP_COLUMNS])
+    return sizes.astype({"width": int, "depth": int})
 
 
 # ------------------------------------------------------------------- main
@@ -186,6 +208,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--activations", nargs="+", choices=ACTIVATIONS, default=list(ACTIVATIONS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                        help="run the cells as Ray tasks: a local Ray (no ADDRESS) or a cluster (auto, HOST:PORT, "
+                             "ray://HOST:PORT); pip install bnnzoo[ray]")
+    parser.add_argument("--workers", type=int, default=None, help="with --ray: cells at once (default: the CPUs)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg = FULL if args.full else SMOKE if args.smoke else DEFAULT
@@ -199,9 +225,12 @@ def main(argv=None) -> dict:
     for activation in args.activations:
         rec = recommend_target_accept(cosine_mlp(activation=activation))
         print(f"  {activation}: default target_accept {rec.value} ({rec.reason})")
+    executor = "inprocess" if args.ray is None else RayExecutor(None if args.ray == "local" else args.ray,
+                                                                 workers=args.workers)
+    rows = run_longest_first(paper_cells(cfg, args.only, args.activations, args.seed), data, executor, out / "runs")
     results = {}
     if "table" in args.only:
-        table = table_part(cfg, data, args.activations, args.seed)
+        table = table_part(rows)
         table.to_csv(out / "table.csv", index=False)
         text = markdown_table(table)
         (out / "table.md").write_text(f"{data.describe()}; {size}, seed {args.seed}; cells: ours ± se over "
@@ -211,14 +240,14 @@ def main(argv=None) -> dict:
         print(text, flush=True)
         results["table"] = table
     if "efficiency" in args.only:
-        curves, summary = efficiency_part(cfg, data, args.activations, args.seed)
+        curves, summary = efficiency_part(cfg, rows, args.activations)
         pd.concat([c.table.assign(activation=a) for a, c in curves.items()]).to_csv(out / "efficiency.csv",
                                                                                    index=False)
         plot_efficiency(curves, path=out / "efficiency.png")
         print(markdown(summary), flush=True)
         results["efficiency"] = summary
     if "size" in args.only:
-        sizes = size_part(cfg, data, args.activations, args.seed)
+        sizes = size_part(rows)
         sizes.to_csv(out / "size.csv", index=False)
         plot_acceptance_vs_size(sizes, by="activation", path=out / "size.png")
         print(markdown(sizes[["activation", "architecture", "width", "depth", "num_params", "acceptance",

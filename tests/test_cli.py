@@ -267,3 +267,93 @@ def test_run_file_device_and_the_device_option(tmp_path, capsys):
     assert not any((tmp_path / o).exists() for o in ("o2", "o3", "o4"))
     if not torch.cuda.is_available():  # the file says cuda:7, the option wins
         assert main(["run", str(spec), "--out", str(tmp_path / "o5"), "--no-progress", "--device", "cpu"]) == 0
+
+
+SWEEP_FILE = """\
+[model]
+input_dim = 1
+layers = [{units = 3, activation = "tanh"}, {units = 1}]
+[data]
+name = "cosine"
+n_train = 20
+[run]
+num_samples = 10
+warmup_steps = 10
+num_chains = 2
+[sweep]
+engines = ["fixed_hmc", "rwmh"]
+seeds = [0, 1]
+[sweep.grid.fixed_hmc]
+step_size = [0.01, 0.02]
+num_steps = 3
+"""
+
+
+def test_sweep_runs_a_grid_file_and_running_it_again_skips_its_cells(tmp_path, capsys):
+    import os
+
+    grid, out = tmp_path / "grid.toml", tmp_path / "out"
+    grid.write_text(SWEEP_FILE)
+    assert main(["sweep", str(grid), "--out", str(out), "--no-progress"]) == 0
+    table = pd.read_csv(out / "sweep.csv")
+    assert list(table.engine) == ["fixed_hmc step_size=0.01 num_steps=3 seed=0",
+                                  "fixed_hmc step_size=0.01 num_steps=3 seed=1",
+                                  "fixed_hmc step_size=0.02 num_steps=3 seed=0",
+                                  "fixed_hmc step_size=0.02 num_steps=3 seed=1", "rwmh seed=0", "rwmh seed=1"]
+    assert list(table.columns[:5]) == ["engine", "kind", "seed", "step_size", "num_steps"]
+    printed = capsys.readouterr().out
+    assert "| fixed_hmc step_size=0.02 num_steps=3 seed=1 |" in printed and "sweep.csv (every column)" in printed
+    runs = sorted(out.glob("*.nc"))
+    assert len(runs) == 6 and az.from_netcdf(str(runs[0])).posterior.sizes["chain"] == 2
+    written = {p: os.path.getmtime(p) for p in runs}
+    assert main(["sweep", str(grid), "--out", str(out)]) == 0
+    assert "6/6 cells done (6 in an earlier run)" in capsys.readouterr().err
+    assert {p: os.path.getmtime(p) for p in runs} == written  # no cell ran again
+
+
+def test_a_killed_sweep_loses_only_its_running_cells(tmp_path):
+    """SIGKILL once a cell has finished: a second run keeps the finished cells and runs the others."""
+    import os
+    import signal
+    import time
+
+    grid, out = tmp_path / "grid.toml", tmp_path / "out"
+    slow = SWEEP_FILE.split("[sweep]")[0].replace("= 10", "= 500")  # a second or two per cell
+    grid.write_text(slow + '[sweep]\nengines = ["rwmh"]\nseeds = [0, 1, 2]\n')
+    argv = [sys.executable, "-m", "bnnzoo.cli", "sweep", str(grid), "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("cells/*.json")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    finished = {p: os.path.getmtime(p) for p in out.glob("*.nc")}
+    assert 1 <= len(finished) < 3, finished
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert list(pd.read_csv(out / "sweep.csv").seed) == [0, 1, 2]
+    assert all(os.path.getmtime(p) == mtime for p, mtime in finished.items())  # kept, not run again
+
+
+@pytest.mark.parametrize("content, argv, message", [
+    (SWEEP_FILE.replace("num_steps = 3", "num_step = 3"), [],
+     "sweep.grid.fixed_hmc.num_step: not an option of engine 'fixed_hmc'; did you mean 'num_steps'"),
+    (SWEEP_FILE.replace("step_size = [0.01, 0.02]", "step_size = [0.01, 0]"), [],
+     "sweep.grid.fixed_hmc (step_size = 0, num_steps = 3): engine 'fixed_hmc': step_size must be a positive "
+     "number, got 0"),
+    (SWEEP_FILE.replace('"rwmh"]', '"rwhm"]'), [], "sweep.engines[1]: unknown engine 'rwhm'; did you mean 'rwmh'?"),
+    (SWEEP_FILE.replace("seeds = [0, 1]", "seed = [0, 1]"), [], "[sweep]: unknown key(s) seed; expected engines"),
+    (SWEEP_FILE.replace("num_chains = 2", "num_chains = 2\nseed = 4"), [],
+     "[run] seed = 4 and [sweep] seeds = [0, 1]: give the seeds once, in [sweep] seeds"),
+    (SWEEP_FILE, ["--ray", "127.0.0.1:1"], "ray address '127.0.0.1:1': cannot reach 127.0.0.1:1"),
+    (SWEEP_FILE, ["--ray", "cluster"], "ray address 'cluster': expected 'auto', 'HOST:PORT' or 'ray://HOST:PORT'"),
+    (SWEEP_FILE, ["--workers", "2"], "--workers 2: give --ray too"),
+], ids=["grid-key", "grid-value", "engine", "sweep-key", "seed-twice", "unreachable", "address", "workers"])
+def test_sweep_errors_are_one_line_before_any_cell_runs(tmp_path, capsys, content, argv, message):
+    grid = tmp_path / "grid.toml"
+    grid.write_text(content)
+    assert main(["sweep", str(grid), "--out", str(tmp_path / "out"), *argv]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bnnzoo: error: ") and message in err[0], err
+    assert not list(tmp_path.glob("out/*.nc"))

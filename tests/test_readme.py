@@ -1,18 +1,20 @@
 """README.md's code, run as written: its Python blocks top to bottom as one session (as the
 README says), with ``BNNZOO_QUICK=1`` (every draw and iteration count divided by ten), and
-its TOML run files read and checked as ``bnnzoo run`` would before running anything."""
+its TOML run and sweep files read and checked as ``bnnzoo run`` / ``bnnzoo sweep`` would
+before running anything."""
 
 import re
 from pathlib import Path
 
 import numpy as np
 
-from bnnzoo.cli import read_run_file
+from bnnzoo.cli import read_run_file, read_sweep_file
 from bnnzoo.data import load
 from bnnzoo.inference import check_run
 from bnnzoo.models import BNN
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 
 
 def blocks(language: str) -> list[tuple[int, str]]:
@@ -45,10 +47,13 @@ def test_python_blocks_run_top_to_bottom_as_one_session(monkeypatch, tmp_path):
     assert 0.0 <= session["curve"].optimal_acceptance <= 1.0
     assert session["r"].pruning_mask["layers.0.weight"].shape == (1, 5, 1000)
     assert session["kept"].numel() <= 1000
+    grid = session["grid_table"]
+    assert list(grid["kind"]) == ["fixed_hmc"] * 4 + ["rwmh"] * 2 and grid["acceptance"].between(0, 1).all()
+    assert len(list((tmp_path / "out" / "sweep_python").glob("*.nc"))) == 6
 
 
 def test_toml_blocks_are_valid_run_files(tmp_path):
-    files = blocks("toml")
+    files = [(line, source) for line, source in blocks("toml") if "[sweep]" not in source]
     assert files
     for i, (line, source) in enumerate(files):
         path = tmp_path / f"block{i}.toml"
@@ -60,3 +65,11 @@ def test_toml_blocks_are_valid_run_files(tmp_path):
             check_run(options.pop("kind"), **{**common, **options})
         BNN(plan["spec"])
         assert load(plan["data"]["name"]).n_train > 0, f"README.md:{line}"
+
+
+def test_the_sweep_file_is_the_example_grid_and_valid():
+    (line, source), = [(line, source) for line, source in blocks("toml") if "[sweep]" in source]
+    example = ROOT / "examples" / "sweep_small.toml"
+    assert source == example.read_text(), f"README.md:{line} differs from {example}"
+    plan = read_sweep_file(example)  # every cell checked, as `bnnzoo sweep` does before running any
+    assert len(plan["cells"]) == 12 and BNN(plan["spec"]).num_params > 0

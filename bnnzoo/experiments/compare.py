@@ -13,21 +13,17 @@ reported beside it.
 from __future__ import annotations
 
 import math
-import os
-import re
-from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
-from .. import validation
-from ..diagnostics import to_inference_data
 from ..diagnostics.predictive import predictive_metrics
 from ..diagnostics.summary import mixing
-from ..inference import check_run, run
+from ..inference import check_run
 from ..inference.checkpoint import CHECKPOINT_SECONDS
 from ..results import Run
+from .study import Cell, Finished, Study, unique_labels
 
 COMMON = ("num_samples", "warmup_steps", "num_chains", "seed")
 
@@ -79,7 +75,7 @@ def _engine_items(engines: Iterable) -> list[tuple[str, str, dict[str, Any]]]:
     """``(label, kind, options)`` per engine; repeated labels become ``kind#2``, ``kind#3``..."""
     if isinstance(engines, (str, Mapping)):
         engines = [engines]
-    items, seen = [], {}
+    items = []
     for i, item in enumerate(engines):
         if isinstance(item, str):
             kind, options, label = item, {}, None
@@ -91,14 +87,11 @@ def _engine_items(engines: Iterable) -> list[tuple[str, str, dict[str, Any]]]:
                 raise ValueError(f"engines[{i}]: a dict needs a 'kind' (engine name), got {item!r}")
         else:
             raise TypeError(f"engines[{i}]: expected an engine name or a dict, got {type(item).__name__}")
-        label = str(label or kind)
-        seen[label] = seen.get(label, 0) + 1
-        if seen[label] > 1:
-            label = f"{label}#{seen[label]}"
-        items.append((label, kind, options))
+        items.append((str(label or kind), kind, options))
     if not items:
         raise ValueError("engines: give at least one engine")
-    return items
+    labels = unique_labels(label for label, _, _ in items)
+    return [(label, kind, options) for label, (_, kind, options) in zip(labels, items)]
 
 
 def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
@@ -135,34 +128,25 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
     return row
 
 
-def safe_label(label: str) -> str:
-    """A run label as a file name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+def comparison_row(cell: Cell, result: Run) -> dict[str, Any]:
+    """The row of one cell of a comparison (a study's row function)."""
+    return _row(cell.label, cell.engine, result)
 
 
-def _table(rows: list[dict], task: str) -> pd.DataFrame:
+def ranked_table(rows: list[dict]) -> pd.DataFrame:
+    """The table of comparison rows (:func:`comparison_row`), ranked, with the columns of their task."""
     rows = [dict(r) for r in rows]
     _rank(rows)
+    task = "classification" if "accuracy" in rows[0] else "regression"
     table = pd.DataFrame(rows).set_index("engine", drop=False)
     table.index.name = "label"
     return table[COLUMNS[task]]
 
 
-def save_finished(out: str | Path, label: str, result: Run, table: pd.DataFrame) -> None:
-    """Write one finished run (``<label>.nc``) and the table so far (``comparison.csv``) into ``out``."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    for path, write in ((out / f"{safe_label(label)}.nc", lambda p: to_inference_data(result).to_netcdf(str(p))),
-                        (out / "comparison.csv", lambda p: table.to_csv(p, index=False))):
-        tmp = path.with_name(f".{path.name}.tmp")  # written whole, then renamed: a kill leaves no half file
-        write(tmp)
-        os.replace(tmp, path)
-
-
 def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 500, warmup_steps: int = 500,
             num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
             checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
-            threads="auto", dtype=None, device=None) -> tuple[pd.DataFrame, dict[str, Run]]:
+            threads="auto", dtype=None, device=None, executor="inprocess") -> tuple[pd.DataFrame, dict[str, Run]]:
     """Run several engines on the same model and data; one row per engine.
 
     Parameters
@@ -178,11 +162,14 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
     num_samples, warmup_steps, num_chains, seed, progress
         Common settings.
     checkpoint : path, optional
-        A folder: each engine's ``<label>.nc`` and the table so far (``comparison.csv``) are
-        written there as soon as that engine finishes, and the running engine's checkpoint
-        under ``checkpoints/<label>/`` (:func:`bnnzoo.inference.run`).
+        A folder: each engine's ``<label>.nc``, its row (``cells/<label>.json``) and the table
+        so far (``comparison.csv``) are written there as soon as that engine finishes, and the
+        running engine's checkpoint under ``checkpoints/<label>/`` (a
+        :class:`~bnnzoo.experiments.Study` with one cell per engine).
     resume : bool
-        Skip the engines that finished in ``checkpoint`` and continue the one that was running.
+        Skip the engines that finished in ``checkpoint`` (their runs are loaded from their
+        checkpoints) and continue the ones that were running; an engine whose settings
+        changed since runs afresh.
     checkpoint_every, checkpoint_seconds
         How often the running engine's state is saved.
     threads : "auto", int or None
@@ -191,6 +178,9 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
         The floating dtype of every run (:func:`bnnzoo.inference.run`).
     device : torch.device or str, optional
         Where every run computes (:func:`bnnzoo.inference.run`); None: where the data are.
+    executor : "inprocess", "ray" or an executor
+        Where the engines run (:mod:`bnnzoo.experiments.executors`): one after another in this
+        process, or as Ray tasks side by side (each on one thread); the same draws either way.
 
     Returns
     -------
@@ -220,29 +210,23 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
             raise ValueError(f"engines[{i}] ({kind}): {err}") from None
     if resume and checkpoint is None:
         raise ValueError("resume=True: give the checkpoint folder to continue from (checkpoint=DIR)")
-    if device is not None:
-        device = validation.device("device", device)
-    runs: dict[str, Run] = {}
-    rows = []
+    cells = [Cell(label, kind, {**common, **options}) for label, kind, options in items]
+    study = Study(cells, data, model_or_spec, row=comparison_row, table=ranked_table,
+                  table_name="comparison.csv", out=checkpoint, resume=resume, executor=executor, name="compare",
+                  progress=progress, threads=threads, dtype=dtype, device=device, checkpoint_every=checkpoint_every,
+                  checkpoint_seconds=checkpoint_seconds)
     try:
-        for label, kind, options in items:
-            settings = {**common, **{k: options.pop(k) for k in COMMON if k in options}}
-            if checkpoint is not None:
-                settings.update(checkpoint=Path(checkpoint) / "checkpoints" / safe_label(label), resume=resume,
-                                checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds)
-            result = run(model_or_spec, data, engine=kind, progress=progress, threads=threads, dtype=dtype,
-                         device=device, **settings, **options)
-            # every engine sees the same model and data, on the device of the first (a Run's data are on the host)
-            model_or_spec, data, device = result.model, result.data, device or result.notes.get("device")
-            runs[label] = result
-            rows.append(_row(label, kind, result))
-            if checkpoint is not None:
-                save_finished(checkpoint, label, result, _table(rows, result.model.task))
+        finished = study.run()
     except KeyboardInterrupt as stop:  # hand on what finished
-        stop.runs = runs
-        stop.table = _table(rows, next(iter(runs.values())).model.task) if runs else None
+        done = getattr(stop, "finished", [])
+        stop.runs, stop.table = _runs(study, done), ranked_table([f.row for f in done]) if done else None
         raise
-    return _table(rows, next(iter(runs.values())).model.task), runs
+    return ranked_table([f.row for f in finished]), _runs(study, finished)
+
+
+def _runs(study: Study, finished: list[Finished]) -> dict[str, Run]:
+    """Label -> run of the finished cells (those of an earlier call loaded from their checkpoints)."""
+    return {f.cell.label: f.run if f.run is not None else study.load_run(f.cell) for f in finished}
 
 
 # ------------------------------------------------------------------ table

@@ -15,7 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..diagnostics import cap_hits, plots, to_inference_data  # noqa: E402
-from .compare import format_table, safe_label  # noqa: E402
+from .compare import format_table  # noqa: E402
+from .study import safe_label  # noqa: E402
 
 READING_GUIDE = """\
 ## How to read this report

@@ -3,7 +3,7 @@
 
 from .driver import check_memory, run_flat_kernel, run_pyro_hmc, run_vi
 from .registry import DRIVER_OPTIONS, ENGINES, RUN_ARGUMENTS, Engine, register
-from .run import COUNTS, check_run, run
+from .run import COUNTS, check_run, resolve, run
 
 __all__ = ["COUNTS", "DRIVER_OPTIONS", "ENGINES", "Engine", "RUN_ARGUMENTS", "check_memory", "check_run", "register",
-           "run", "run_flat_kernel", "run_pyro_hmc", "run_vi"]
+           "resolve", "run", "run_flat_kernel", "run_pyro_hmc", "run_vi"]

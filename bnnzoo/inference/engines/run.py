@@ -19,7 +19,7 @@ from ..threads import check_threads, choose_threads, using_threads, work_per_gra
 from ..tuning import recommend_target_accept
 from .registry import ENGINES, Engine
 
-__all__ = ["COUNTS", "check_run", "run"]
+__all__ = ["COUNTS", "check_run", "resolve", "run"]
 
 #: run-level count -> (minimum, maximum or None); a seed seeds numpy too, whose seeds are 32-bit
 COUNTS = {"num_samples": (1, None), "warmup_steps": (0, None), "num_chains": (1, None), "seed": (0, 2**32 - 1)}
@@ -56,6 +56,17 @@ def _resolve_data(data, model: BNN, seed: int) -> Dataset:
         raise ValueError(f"data: {data.name} is a {data.task} data set but the model's "
                          f"{spec.likelihood.kind} likelihood is for {model.task}")
     return data
+
+
+def resolve(model_or_spec, data, seed: int = 0, dtype=None) -> tuple[BNN, Dataset]:
+    """The ``BNN`` and the checked ``Dataset`` that :func:`run` would build from its arguments, in the
+    run's ``dtype`` (the data cast to it): resolved once, the same objects go to many runs."""
+    with default_dtype(resolve_dtype(dtype)):
+        model = _resolve_model(model_or_spec)
+        data = _resolve_data(data, model, seed)
+        if data.x_train.dtype != torch.get_default_dtype():
+            data = dataclasses.replace(data)
+    return model, data
 
 
 def _recommended_options(spec: Engine, model: BNN, options: dict) -> tuple[dict, dict]:
