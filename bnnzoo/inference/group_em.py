@@ -39,7 +39,7 @@ from ..models.priors import group_dims
 from .options import Options, integer, option, optional, positive
 from .vi.optim import closure_loss
 
-__all__ = ["GroupSparseOptions", "GroupSparseSGHMCOptimizer", "e_step", "em_due", "group_sparse_rules",
+__all__ = ["GroupSparseOptions", "GroupSparseSGHMCOptimizer", "e_step", "em_due", "group_sparse_rules", "group_step_size_rule",
            "group_sparse_sghmc_update", "guarded_e_step"]
 
 Tensor = torch.Tensor
@@ -129,6 +129,7 @@ EM_WARMUP_EPOCHS, MIN_EM_WARMUP_ITERATIONS = 50, 500
 SOFT_FAN_IN, HARD_FAN_IN = 10.0, 1.0
 SOFT_THRESHOLD, HARD_THRESHOLD = 1e-2, 1e-3
 MIN_PATIENCE = 3
+MAX_STEP = 0.1
 
 
 def group_sparse_rules(epoch: int, em_every: int, step_size: float) -> dict:
@@ -145,6 +146,18 @@ def group_sparse_rules(epoch: int, em_every: int, step_size: float) -> dict:
     return {"cycle_length": int(max(CYCLE_EPOCHS * epoch, MIN_CYCLE_ITERATIONS)),
             "em_warmup": int(math.ceil(warmup / em_every)),
             "prune_patience": int(max(MIN_PATIENCE, math.ceil(1.0 / (step_size * em_every))))}
+
+
+def group_step_size_rule(curvature: float) -> float:
+    r""":math:`C_0^2` = min(0.1, 1/(4 :math:`\hat\lambda`)), :math:`\hat\lambda` the largest curvature of the *mean*
+    minibatch loss at the initial point: the update moves a weight by about
+    :math:`\tau C^2/(1-\beta_1) \approx 0.56\,C^2` times the gradient, stable below
+    :math:`C^2 \approx 3.9/\hat\lambda`; a sixteenth of that, capped at paper 004's largest step (0.1, its
+    classification; its regression's 0.01 is what the rule gives there)."""
+    if not math.isfinite(curvature) or curvature <= 0:
+        raise ValueError(f"step_size='auto': the curvature of the mean loss at the initial point is {curvature!r}, "
+                         f"no step size follows from it; give step_size a number")
+    return min(MAX_STEP, 1.0 / (4.0 * curvature))
 
 
 def threshold_rules(fan_in: int) -> dict:

@@ -18,13 +18,16 @@ noise :math:`\xi \sim N(0, I)` kept from the previous step, one step is
 The weights of a layer with a :class:`~bnnzoo.models.GroupSpikeAndSlab` prior fall
 into groups (input columns of a Dense weight; kernels, input channels or output
 filters of a Conv2d weight: the prior's ``group``). Once per epoch after
-``em_warmup`` epochs, the E-step (:func:`e_step`) looks at each group's mean
+``em_warmup`` epochs (``"auto"``: max(50 epochs, 500 iterations)), the E-step
+(:func:`~bnnzoo.inference.group_em.guarded_e_step`) looks at each group's mean
 :math:`w^2`: below ``soft_threshold`` the group gets the large decay
 ``spike_decay`` (spike), otherwise the small ``slab_decay`` (slab), re-decided
-every time (a soft, reversible mask; :func:`~bnnzoo.inference.group_em.e_step`); below ``hard_threshold`` the group is pruned
-for good (a hard mask: its weights are held at exactly zero and its momentum and
-:math:`\rho` are frozen). The result is a sparse network in one run, with no
-retraining.
+every time (a soft, reversible mask); a group found below ``hard_threshold`` at
+``prune_patience`` E-steps in a row (the pruning guard; ``"auto"``: the E-steps in
+1/C_0^2 iterations, at least 3) is pruned for good (a hard mask: its weights are held
+at exactly zero and its momentum and :math:`\rho` are frozen). The result is a sparse
+network in one run, with no retraining. The ``"auto"`` rules are in ``docs/algorithms.md``,
+"Data-scaled defaults".
 
 Weight decay and the prior
 --------------------------
@@ -67,7 +70,8 @@ import pyro
 import torch
 
 from ...models.priors import GroupSpikeAndSlab, group_dims
-from ..group_em import GroupSparseOptions, em_due, group_sparse_rules, guarded_e_step, threshold_rules
+from ..group_em import (GroupSparseOptions, em_due, group_sparse_rules, group_step_size_rule, guarded_e_step,
+                        threshold_rules)
 from ..options import choice, integer, option, positive
 from ..potential import BNNPotential
 from ..sgmcmc import AUTO, SCHEDULES
@@ -86,15 +90,18 @@ def _init_radius(name: str, value) -> None:
 @dataclass(frozen=True)
 class GroupSparseSGHMCOptions(GroupSparseOptions, SGMCMCOptions):
     """Options of :class:`GroupSparseSGHMC`: the update's and E-step's, and the SG-MCMC ones
-    with paper 004's defaults (cyclical steps from C_0^2 = 0.01, fan-in initialisation)."""
+    with paper 004's defaults (cyclical steps from C_0^2 = 0.01, fan-in initialisation, biases 0)."""
 
-    step_size: float = option(1e-2, "C_0^2, the largest step size of the cyclical schedule", positive)
+    step_size: float | str = option(AUTO, "C_0^2, the largest step size of the cyclical schedule; auto: "
+                                    "min(0.1, 1/(4 lambda)), lambda the largest Hessian eigenvalue of the mean "
+                                    "loss at the initial point", auto_or(positive))
     schedule: str = option("cyclical", "step-size schedule: 'cyclical', 'constant' or 'polynomial'",
                            choice(*SCHEDULES))
     cycle_length: int | str = option(AUTO, "iterations per cycle; auto: max(50 epochs, 1000 iterations)",
                                      auto_or(integer(1)))
     thin: int = option(1, "cycles per draw with the cyclical schedule, else iterations per draw", integer(1))
-    init_radius: float | str = option("fan_in", "initial points uniform in (-r, r); 'fan_in': r = 1/sqrt(fan_in)",
+    init_radius: float | str = option(AUTO, "initial points uniform in (-r, r); 'fan_in': r = 1/sqrt(fan_in) "
+                                      "(PyTorch's, the paper's); auto: the same for weights, biases 0",
                                       _init_radius)
 
 
@@ -163,9 +170,11 @@ class GroupSparseSGHMC(SGMCMCKernel):
     Options: :class:`GroupSparseSGHMCOptions` (the update's and the E-step's
     :class:`~bnnzoo.inference.group_em.GroupSparseOptions`, and the SG-MCMC ones:
     ``step_size`` is :math:`C_0^2`, the largest step size of the cyclical schedule;
-    ``cycle_length`` None is 50 epochs; ``thin`` counts cycles with the cyclical
-    schedule; ``init_radius="fan_in"`` starts each layer uniform in
-    :math:`\pm 1/\sqrt{\text{fan\_in}}`, as the paper's PyTorch networks do).
+    ``cycle_length="auto"`` is max(50 epochs, 1000 iterations); ``thin`` counts cycles with the
+    cyclical schedule; ``init_radius="auto"`` starts each layer's weights uniform in
+    :math:`\pm 1/\sqrt{\text{fan\_in}}` and its biases at 0; ``"fan_in"`` also draws the biases
+    in that range, as the paper's PyTorch networks do). The ``"auto"`` rules are in
+    ``docs/algorithms.md``, "Data-scaled defaults".
 
     Examples
     --------
@@ -210,8 +219,11 @@ class GroupSparseSGHMC(SGMCMCKernel):
         potential = self.potential
         epoch = math.ceil(potential.num_data / (self.batch_size or potential.num_data))
         em_every = opts.em_every or epoch
-        rules = group_sparse_rules(epoch, em_every, opts.step_size)
-        values = {k: v for k, v in rules.items() if k in auto}
+        values = {}
+        if "step_size" in auto:
+            values["step_size"] = group_step_size_rule(self.curvature(theta) / potential.num_data)
+        rules = group_sparse_rules(epoch, em_every, values.get("step_size", opts.step_size))
+        values.update({k: v for k, v in rules.items() if k in auto})
         if "cycle_length" in values and opts.schedule != "cyclical":
             del values["cycle_length"]
         sites = group_sites(potential, type(self).__name__)

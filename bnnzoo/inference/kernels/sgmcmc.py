@@ -105,7 +105,7 @@ def minibatch_data(potential, rows: Tensor | None) -> tuple[Tensor, Tensor, floa
 CURVATURE_ITERATIONS = 20
 #: step_size="auto": this over the curvature with the decaying polynomial schedule, 1 over it with another
 DECAYING_STEP_FRACTION = 2.0
-#: ``init_radius="auto"`` (and the group kernel's ``"fan_in"``)
+#: ``init_radius="auto"`` (weights uniform in 1/sqrt(fan_in), biases 0) and ``"fan_in"`` (PyTorch's: biases too)
 FAN_IN = ("auto", "fan_in")
 
 
@@ -119,16 +119,17 @@ def _init_radius(name: str, value) -> None:
         positive(name, value)
 
 
-def fan_in_radius(potential) -> Tensor:
+def fan_in_radius(potential, zero_biases: bool = False) -> Tensor:
     """``[D]`` radius ``1/sqrt(fan_in)`` of each layer's weight and bias (PyTorch's default
-    initialisation of ``nn.Linear`` / ``nn.Conv2d``); 1 for other sites and for a potential
-    without layers (a Pyro model, a known density)."""
+    initialisation of ``nn.Linear`` / ``nn.Conv2d``); with ``zero_biases`` the biases start at 0
+    (radius 0). 1 for other sites and for a potential without layers (a Pyro model, a known density)."""
     radius = torch.ones(potential.dim, dtype=torch.get_default_dtype())
     shapes = getattr(potential, "shapes", {})
     for name, index in getattr(potential, "slices", {}).items():
         weight = shapes.get(f"{name.rsplit('.', 1)[0]}.weight", ())
         if len(weight) > 1:
-            radius[index] = 1.0 / math.sqrt(math.prod(weight[1:]))
+            bias = name.endswith(".bias")
+            radius[index] = 0.0 if bias and zero_biases else 1.0 / math.sqrt(math.prod(weight[1:]))
     return radius
 
 
@@ -154,8 +155,9 @@ def _max_inverse_temperature(name: str, value) -> None:
 class SGMCMCOptions(BaseOptions):
     """Options every SG-MCMC kernel has: step sizes, minibatches, thinning."""
 
-    step_size: float | str = option(AUTO, "epsilon_0 (SGLD) or the learning rate eta_0 (SGHMC); auto: "
-                                    "1/lambda, lambda the largest Hessian eigenvalue of U at the initial point",
+    step_size: float | str = option(AUTO, "epsilon_0 (SGLD) or the learning rate eta_0 (SGHMC); auto: 2/lambda with "
+                                    "the polynomial schedule, else 1/lambda; lambda the largest Hessian eigenvalue "
+                                    "of the likelihood at the initial point",
                                     auto_or(positive))
     schedule: str = option(AUTO, "step-size schedule: 'constant', 'polynomial' or 'cyclical'; auto: "
                            "'polynomial' (eps_0 k^-1/3)", choice(AUTO, *SCHEDULES))
@@ -166,7 +168,7 @@ class SGMCMCOptions(BaseOptions):
     shared_minibatch: bool = option(False, "one minibatch for all vectorized chains (default: one per chain)", flag)
     thin: int = option(1, "iterations per kept draw after warm-up", integer(1))
     init_radius: float | str = option(AUTO, "initial points uniform in (-r, r) in unconstrained space; auto: "
-                                      "r = 1/sqrt(fan_in) for layer weights and biases, 1 elsewhere", _init_radius)
+                                      "r = 1/sqrt(fan_in) for layer weights, biases 0, 1 elsewhere", _init_radius)
 
     def validate(self) -> None:
         self.step_schedule()
@@ -252,7 +254,7 @@ class SGMCMCKernel(FlatKernel):
 
     def initial_radius(self) -> float | Tensor:
         if isinstance(self.options.init_radius, str):
-            return fan_in_radius(self.potential)
+            return fan_in_radius(self.potential, zero_biases=self.options.init_radius == AUTO)
         return self.init_radius
 
     # ------------------------------------------------------ "auto" options
@@ -271,10 +273,15 @@ class SGMCMCKernel(FlatKernel):
     def curvature(self, theta: Tensor, directions: Tensor | None = None) -> float:
         """:func:`largest_curvature` at ``theta`` of the full-data negative log likelihood (of a BNN;
         of the whole potential otherwise), computed once per setup. The likelihood is the part that
-        grows with N; a prior's kink (Laplace, spike-and-slab) has no finite curvature to measure."""
+        grows with N; a prior's kink (Laplace, spike-and-slab) has no finite curvature to measure. Where the
+        likelihood shows none (every ReLU unit dead at the start), the whole potential's."""
         if getattr(self, "_curvature", None) is None:
-            self._curvature = largest_curvature(self._likelihood_gradient, theta, CURVATURE_ITERATIONS,
-                                                directions=directions)
+            curvature = largest_curvature(self._likelihood_gradient, theta, CURVATURE_ITERATIONS,
+                                          directions=directions)
+            if not (math.isfinite(curvature) and curvature > 0):  # e.g. every ReLU unit dead at the start
+                curvature = largest_curvature(self.potential.value_and_grad, theta, CURVATURE_ITERATIONS,
+                                              directions=directions)
+            self._curvature = curvature
         return self._curvature
 
     def _likelihood_gradient(self, theta: Tensor) -> tuple[Tensor, Tensor]:

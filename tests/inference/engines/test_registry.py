@@ -65,7 +65,7 @@ def test_the_drifted_defaults_have_one_value_each():
     # set from the data when the kernel starts (docs/algorithms.md, "Data-scaled defaults")
     for name in ("sgld", "sgld_sa", "sghmc", "sghmc_sa"):
         assert ENGINES[name].defaults()["step_size"] == ENGINES[name].defaults()["schedule"] == "auto"
-    assert ENGINES["sghmc_group_ss"].defaults()["step_size"] == 1e-2
+    assert ENGINES["sghmc_group_ss"].defaults()["step_size"] == "auto"
     assert ENGINES["sghmc_group_ss"].defaults()["cycle_length"] == ENGINES["sghmc_group_ss"].defaults()["em_warmup"]
     assert (ENGINES["sghmc_sa"].defaults()["sa_scale"], ENGINES["sghmc_sa"].defaults()["sa_power"]) == (1.0, 0.75)
     assert (ENGINES["sgld_sa"].defaults()["sa_scale"], ENGINES["sgld_sa"].defaults()["sa_power"]) == (10.0, 0.7)

@@ -164,7 +164,7 @@ def small_run():
     x = torch.randn(64, 8)
     y = x[:, 0] + 0.3 * torch.randn(64)
     return run(_spec(8, hidden=3), (x, y), engine="sghmc_group_ss", num_samples=4, warmup_steps=7, num_chains=2,
-               seed=0, batch_size=16, cycle_length=10, em_warmup=1, init_radius=0.3)
+               seed=0, batch_size=16, cycle_length=10, em_warmup=1, init_radius=0.3, step_size=1e-2)
 
 
 def test_draws_are_cycle_ends(small_run):
