@@ -340,7 +340,7 @@ def main(argv=None) -> None:
     fmt = {"val_acc": ".3f", "best_val_acc": ".3f", "val_acc_sd": ".3f", "val_nll": ".3f", "train_nll": ".3f",
            "kl": ".0f", "neg_elbo": ".2f", "wall_s": ".1f", "success_rate": ".2f", "mean_val_acc": ".3f",
            "best_val_nll": ".3f"}
-    text = [f"# Paper 002: VI practices on a LeNet-style BNN (8x8 digits)\n",
+    text = ["# Paper 002: VI practices on a LeNet-style BNN (8x8 digits)\n",
             f"{bench.potential.dim} parameters; {bench.num_data} training / {len(bench.data.y_test)} validation "
             f"images; batches of {BASE['batch_size']}; {epochs} epochs; {seeds} seed(s); base settings "
             f"`{_describe(BASE)}`. Final epoch (mean over seeds); `val_*`: posterior predictive of "

@@ -39,8 +39,8 @@ from ..models.priors import group_dims
 from .options import Options, integer, option, optional, positive
 from .vi.optim import closure_loss
 
-__all__ = ["GroupSparseOptions", "GroupSparseSGHMCOptimizer", "e_step", "em_due", "group_sparse_rules", "group_step_size_rule",
-           "group_sparse_sghmc_update", "guarded_e_step"]
+__all__ = ["GroupSparseOptions", "GroupSparseSGHMCOptimizer", "e_step", "em_due", "group_sparse_rules",
+           "group_sparse_sghmc_update", "group_step_size_rule", "guarded_e_step", "threshold_rules"]
 
 Tensor = torch.Tensor
 
