@@ -281,7 +281,7 @@ def classification_run(method: str, epochs: int, num_draws: int, seed: int) -> d
         thin = max(1, (iterations - warmup) // num_draws)
         prior = SpikeAndSlab(v0=0.1, v1=1.0, sigma=1.0, inclusion_prob=0.5)
         common = dict(num_samples=num_draws, warmup_steps=warmup, num_chains=1, seed=seed, step_size=2e-5,
-                      friction=0.1, batch_size=batch, thin=thin, init_radius=0.2)
+                      schedule="constant", friction=0.1, batch_size=batch, thin=thin, init_radius=0.2)
         if method == "SGHMC-SA":
             p = math.prod(cnn_spec(prior).param_shapes()["layers.1.weight"])
             r = run(cnn_spec(prior), data, engine="sghmc_sa", sa_scale=1.0, sa_offset=1000.0, sa_power=0.75,

@@ -73,3 +73,15 @@ def test_paper004(tmp_path):
         assert (table.relevant_kept <= table.relevant).all()
     classification = pd.read_csv(tmp_path / "classification.csv")
     assert classification.error.between(0, 1).all()  # accuracy
+
+
+def test_robustness_sparse(tmp_path):
+    run_example("robustness_sparse.py", tmp_path)
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    assert set(runs.problem) == {"paper001 regression (sgld_sa)", "paper004 regression (sghmc_group_ss)",
+                                 "paper004 classification (sghmc_group_ss)"}
+    assert (runs.groupby("problem").seed.nunique() == 2).all()
+    assert finite(runs.error) and finite(runs.seconds)
+    assert (runs.relevant_kept <= runs.relevant).all() and (runs.irrelevant_kept <= runs.irrelevant).all()
+    assert runs.auto.str.contains("step_size|cycle_length").all()  # the values the "auto" rules gave
+    assert "| problem | N | noise |" in (tmp_path / "table.md").read_text()

@@ -8,6 +8,8 @@
 
 from .checks import check_data
 from .datasets import DATASETS, Dataset, check_load, load, register
-from . import tabular as _tabular  # noqa: F401  (registers the "csv" loader)
+from . import tabular as _tabular  # registers the "csv" loader
+
+del _tabular
 
 __all__ = ["DATASETS", "Dataset", "check_data", "check_load", "load", "register"]

@@ -39,7 +39,8 @@ from ..models.priors import group_dims
 from .options import Options, integer, option, optional, positive
 from .vi.optim import closure_loss
 
-__all__ = ["GroupSparseOptions", "GroupSparseSGHMCOptimizer", "e_step", "em_due", "group_sparse_sghmc_update"]
+__all__ = ["GroupSparseOptions", "GroupSparseSGHMCOptimizer", "e_step", "em_due", "group_sparse_rules",
+           "group_sparse_sghmc_update", "group_step_size_rule", "guarded_e_step", "threshold_rules"]
 
 Tensor = torch.Tensor
 
@@ -96,13 +97,76 @@ def e_step(weight: Tensor, within: tuple[int, ...], keep: Tensor, soft_threshold
            slab_decay: float, spike_decay: float) -> tuple[Tensor, Tensor]:
     """The E-step on one weight tensor: each group's mean ``w^2`` (over the dims ``within``
     one group) picks its decay, ``spike_decay`` below ``soft_threshold`` else ``slab_decay``;
-    groups below ``hard_threshold`` leave the hard mask ``keep`` for good.
+    groups below ``hard_threshold`` leave the hard mask ``keep`` for good (the unguarded rule:
+    :func:`guarded_e_step` with a patience of one E-step).
 
     Returns ``(decay, keep)``, both shaped like ``weight``.
     """
+    decay, keep, _ = guarded_e_step(weight, within, keep, torch.zeros_like(weight, dtype=torch.long),
+                                    soft_threshold, hard_threshold, slab_decay, spike_decay, 1)
+    return decay, keep
+
+
+def guarded_e_step(weight: Tensor, within: tuple[int, ...], keep: Tensor, below: Tensor, soft_threshold: float,
+                   hard_threshold: float, slab_decay: float, spike_decay: float,
+                   patience: int) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`e_step` with the pruning guard: a group leaves the hard mask only once its mean
+    ``w^2`` has been below ``hard_threshold`` at ``patience`` E-steps in a row. ``below`` counts,
+    per weight (equal within a group), the E-steps in a row that found the group below it.
+
+    Returns ``(decay, keep, below)``, each shaped like ``weight``.
+    """
     power = weight.pow(2).mean(within, keepdim=True) if within else weight.pow(2)
     decay = torch.where(power < soft_threshold, spike_decay, slab_decay).to(weight.dtype).expand_as(weight)
-    return decay, keep & (power >= hard_threshold).expand_as(weight)
+    low = (power < hard_threshold).expand_as(weight)
+    below = torch.where(low, below + 1, torch.zeros_like(below))
+    return decay, keep & (below < patience), below
+
+
+#: the data-scaled rules of :func:`group_sparse_rules` (``docs/algorithms.md``, "Data-scaled defaults")
+CYCLE_EPOCHS, MIN_CYCLE_ITERATIONS = 50, 1000
+EM_WARMUP_EPOCHS, MIN_EM_WARMUP_ITERATIONS = 50, 500
+SOFT_FAN_IN, HARD_FAN_IN = 10.0, 1.0
+SOFT_THRESHOLD, HARD_THRESHOLD = 1e-2, 1e-3
+MIN_PATIENCE = 3
+MAX_STEP = 0.1
+
+
+def group_sparse_rules(epoch: int, em_every: int, step_size: float) -> dict:
+    """The ``"auto"`` values of the group-sparse kernel (and optimizer) that do not depend on a layer:
+    ``epoch`` the iterations per epoch ``ceil(N/B)``, ``em_every`` the iterations between E-steps,
+    ``step_size`` :math:`C_0^2`.
+
+    * ``cycle_length`` = max(50 epochs, 1000 iterations);
+    * ``em_warmup`` = the E-step periods in max(50 epochs, 500 iterations), rounded up;
+    * ``prune_patience`` = the E-steps in 1/C_0^2 iterations (the time a weight needs to move
+      by its own size at the step size C_0^2), rounded up, at least 3.
+    """
+    warmup = max(EM_WARMUP_EPOCHS * epoch, MIN_EM_WARMUP_ITERATIONS)
+    return {"cycle_length": int(max(CYCLE_EPOCHS * epoch, MIN_CYCLE_ITERATIONS)),
+            "em_warmup": int(math.ceil(warmup / em_every)),
+            "prune_patience": int(max(MIN_PATIENCE, math.ceil(1.0 / (step_size * em_every))))}
+
+
+def group_step_size_rule(curvature: float) -> float:
+    r""":math:`C_0^2` = min(0.1, 1/(4 :math:`\hat\lambda`)), :math:`\hat\lambda` the largest curvature of the *mean*
+    minibatch loss at the initial point: the update moves a weight by about
+    :math:`\tau C^2/(1-\beta_1) \approx 0.56\,C^2` times the gradient, stable below
+    :math:`C^2 \approx 3.9/\hat\lambda`; a sixteenth of that, capped at paper 004's largest step (0.1, its
+    classification; its regression's 0.01 is what the rule gives there)."""
+    if not math.isfinite(curvature) or curvature <= 0:
+        raise ValueError(f"step_size='auto': the curvature of the mean loss at the initial point is {curvature!r}, "
+                         f"no step size follows from it; give step_size a number")
+    return min(MAX_STEP, 1.0 / (4.0 * curvature))
+
+
+def threshold_rules(fan_in: int) -> dict:
+    """``soft_threshold`` = min(1e-2, 10/fan_in) and ``hard_threshold`` = min(1e-3, 1/fan_in) of a layer:
+    paper 004's values (on standardised inputs, the mean w^2 of a group that moves a unit's input by a
+    tenth / a thirtieth of its sd), lowered for a layer wider than 1000 inputs to 30 and 3 times the mean
+    w^2, 1/(3 fan_in), of its fan-in initialisation, so that a fresh group is not below them by construction."""
+    return {"soft_threshold": min(SOFT_THRESHOLD, SOFT_FAN_IN / fan_in),
+            "hard_threshold": min(HARD_THRESHOLD, HARD_FAN_IN / fan_in)}
 
 
 def em_due(iteration: int, every: int, warmup: int) -> bool:
@@ -125,6 +189,10 @@ def _interval(low_open: bool):
     return lambda name, value: validation.in_interval(name, value, 0, 1, low_open=low_open, high_open=False)
 
 
+def _auto_or(check):
+    return lambda name, value: None if value == "auto" else check(name, value)
+
+
 def _em_every(name: str, value) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
         raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
@@ -142,12 +210,17 @@ class GroupSparseOptions(Options):
     decay: float | str = option(5e-4, "weight decay (>= 0, or 'prior') of the weights outside any group", _decay)
     slab_decay: float | str = option(5e-4, "weight decay (>= 0, or 'prior') of slab groups", _decay)
     spike_decay: float | str = option(0.1, "weight decay (>= 0, or 'prior') of spike groups", _decay)
-    soft_threshold: float = option(1e-2, "E-step: a group with mean w^2 below this is in the spike", _nonnegative)
-    hard_threshold: float = option(1e-3, "E-step: a group with mean w^2 below this is pruned for good",
-                                   _nonnegative)
-    em_warmup: int = option(50, "E-step periods (epochs by default) before the first E-step", integer(0))
+    soft_threshold: float | str = option("auto", "E-step: a group with mean w^2 below this is in the spike; "
+                                         "auto: min(1e-2, 10/fan_in) of the layer", _auto_or(_nonnegative))
+    hard_threshold: float | str = option("auto", "E-step: a group with mean w^2 below this (prune_patience E-steps "
+                                         "in a row) is pruned for good; auto: min(1e-3, 1/fan_in) of the layer",
+                                         _auto_or(_nonnegative))
+    em_warmup: int | str = option("auto", "E-step periods (epochs by default) before the first E-step; auto: "
+                                  "max(50 epochs, 500 iterations)", _auto_or(integer(0)))
     em_every: int | None = option(None, "iterations between E-steps (None: one epoch)", _em_every)
     init_momentum: float = option(1e-3, "initial momentum init_momentum * N(0, I)", _nonnegative)
+    prune_patience: int | str = option("auto", "E-steps in a row below hard_threshold before a group is pruned; "
+                                       "auto: those in 1/C_0^2 iterations, at least 3", _auto_or(integer(1)))
 
     def update(self, weight, momentum, rho, noise, grad, decay, step_size, temperature, num_data, keep=None):
         """:func:`group_sparse_sghmc_update` with these options."""
@@ -238,8 +311,30 @@ class GroupSparseSGHMCOptimizer(torch.optim.Optimizer):
             state["momentum"], state["rho"], state["noise"] = rule.initial_state(p)
             state["keep"] = torch.ones_like(p, dtype=torch.bool)
             state["decay"] = torch.full_like(p, float(rule.slab_decay if grouped else rule.decay))
+            state["below"] = torch.zeros_like(p, dtype=torch.long)
             state["step"] = 0
         return state
+
+    @staticmethod
+    def _schedule(rule: GroupSparseOptions, lr: float) -> tuple[int, int]:
+        """``(em_warmup, prune_patience)``, their ``"auto"`` rules with an epoch of ``em_every`` steps."""
+        every = rule.em_every
+        auto = group_sparse_rules(every, every, lr) if every else {"em_warmup": 0, "prune_patience": MIN_PATIENCE}
+        warmup = auto["em_warmup"] if rule.em_warmup == "auto" else rule.em_warmup
+        patience = auto["prune_patience"] if rule.prune_patience == "auto" else rule.prune_patience
+        return warmup, patience
+
+    @staticmethod
+    def _thresholds(rule: GroupSparseOptions, p: Tensor) -> tuple[float, float]:
+        """``(soft, hard)`` thresholds of ``p``; ``"auto"``: :func:`threshold_rules` of its fan-in."""
+        auto = threshold_rules(math.prod(p.shape[1:]))
+        return tuple(auto[k] if getattr(rule, k) == "auto" else getattr(rule, k)
+                     for k in ("soft_threshold", "hard_threshold"))
+
+    def _e_step(self, p: Tensor, within, state: dict, rule: GroupSparseOptions, patience: int) -> None:
+        soft, hard = self._thresholds(rule, p)
+        state["decay"], state["keep"], state["below"] = guarded_e_step(
+            p, within, state["keep"], state["below"], soft, hard, rule.slab_decay, rule.spike_decay, patience)
 
     @torch.no_grad()
     def e_step(self) -> None:
@@ -251,8 +346,8 @@ class GroupSparseSGHMCOptimizer(torch.optim.Optimizer):
                 if within is None:
                     continue
                 state = self._state(p, rule, True)
-                state["decay"], state["keep"] = e_step(p, within, state["keep"], rule.soft_threshold,
-                                                       rule.hard_threshold, rule.slab_decay, rule.spike_decay)
+                patience = self._schedule(rule, group.get("initial_lr", group["lr"]))[1]
+                self._e_step(p, within, state, rule, patience)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -267,9 +362,10 @@ class GroupSparseSGHMCOptimizer(torch.optim.Optimizer):
                 within = self._within(p, group["group"])
                 state = self._state(p, rule, within is not None)
                 state["step"] += 1
-                if within is not None and rule.em_every and em_due(state["step"], rule.em_every, rule.em_warmup):
-                    state["decay"], state["keep"] = e_step(p, within, state["keep"], rule.soft_threshold,
-                                                           rule.hard_threshold, rule.slab_decay, rule.spike_decay)
+                if within is not None and rule.em_every:
+                    warmup, patience = self._schedule(rule, group.get("initial_lr", group["lr"]))
+                    if em_due(state["step"], rule.em_every, warmup):
+                        self._e_step(p, within, state, rule, patience)
                 w, state["momentum"], state["rho"], state["noise"] = rule.update(
                     p, state["momentum"], state["rho"], state["noise"], p.grad, state["decay"], group["lr"],
                     temperature, group["num_data"], state["keep"])

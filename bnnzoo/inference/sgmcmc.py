@@ -5,7 +5,8 @@ r"""Stochastic-gradient MCMC update rules as pure functions on ``[C, D]`` tensor
 * :class:`StepSizeSchedule`: constant, polynomial decay and the cyclical cosine
   schedule (Zhang et al. 2020);
 * :func:`inverse_temperature_at`: simulated annealing (paper 001, eq. 2-3);
-* :func:`minibatch_rows`, :func:`finite_chains`, :func:`keep_chains`.
+* :func:`minibatch_rows`, :func:`finite_chains`, :func:`keep_chains`;
+* :func:`largest_curvature`: the scale the ``step_size="auto"`` rule divides by.
 
 The kernels that wire them (:mod:`bnnzoo.inference.kernels.sgmcmc`) only hold
 state, schedules and statistics. The rules are in ``docs/algorithms.md``
@@ -21,11 +22,13 @@ import torch
 
 from .. import validation
 
-__all__ = ["SCHEDULES", "StepSizeSchedule", "finite_chains", "inverse_temperature_at", "keep_chains",
-           "minibatch_rows", "sghmc_step", "sgld_step"]
+__all__ = ["AUTO", "SCHEDULES", "StepSizeSchedule", "finite_chains", "inverse_temperature_at", "keep_chains",
+           "largest_curvature", "minibatch_rows", "sghmc_step", "sgld_step"]
 
 Tensor = torch.Tensor
 SCHEDULES = ("constant", "polynomial", "cyclical")
+#: the sentinel of an option whose value a kernel sets from the data when it starts (``docs/algorithms.md``)
+AUTO = "auto"
 
 
 def sgld_step(theta: Tensor, grad: Tensor, step_size: float, inverse_temperature: float = 1.0,
@@ -134,3 +137,37 @@ def keep_chains(ok: Tensor, new: Tensor | tuple[Tensor, ...], old: Tensor | tupl
     return torch.where(ok.unsqueeze(-1), new, old)
 
 
+
+
+def largest_curvature(value_and_grad, theta: Tensor, iterations: int = 20, relative_step: float = 0.1,
+                      seed: int = 0, directions: Tensor | None = None) -> float:
+    r"""The largest eigenvalue :math:`\hat\lambda` of the Hessian of ``U`` around ``theta`` (``[C, D]``),
+    by power iteration on central finite differences of the gradient; the largest over chains.
+
+    .. math:: Hv \approx \frac{\nabla U(\theta + hv) - \nabla U(\theta - hv)}{2h},\qquad
+              h = \text{relative\_step}\cdot\max(\lVert\theta\rVert, 10^{-2}),\ \lVert v\rVert = 1.
+
+    The difference is taken over a macroscopic ``h`` (a tenth of the point's norm), so a kink
+    of the potential (an L1 prior term at 0) adds at most its jump over ``h``, not a spike, and
+    ``\hat\lambda`` is the curvature at the scale of the initial point. ``value_and_grad`` maps
+    ``[C, D]`` to ``(U [C], grad [C, D])``; chains whose differences are not finite are left out
+    (NaN when none is). The directions come from a private generator (``seed``), so the run's
+    random stream is untouched. ``directions`` (``[D]`` bool) restricts v to those coordinates
+    (e.g. leaving out a pinned one).
+    """
+    theta = theta.detach()
+    generator = torch.Generator(device=theta.device).manual_seed(seed)
+    mask = torch.ones(theta.shape[-1], dtype=theta.dtype, device=theta.device) if directions is None \
+        else directions.to(theta.dtype)
+    v = torch.randn(theta.shape, generator=generator, dtype=theta.dtype, device=theta.device) * mask
+    v = v / v.norm(dim=-1, keepdim=True)
+    h = relative_step * theta.norm(dim=-1, keepdim=True).clamp(min=1e-2)
+    estimate = torch.full(theta.shape[:1], math.nan, dtype=theta.dtype, device=theta.device)
+    for _ in range(iterations):
+        hv = mask * (value_and_grad(theta + h * v)[1] - value_and_grad(theta - h * v)[1]) / (2 * h)
+        norm = hv.norm(dim=-1, keepdim=True)
+        ok = torch.isfinite(norm) & (norm > 0)
+        estimate = torch.where(ok[:, 0], (v * hv).sum(-1).abs(), estimate)
+        v = torch.where(ok, hv / norm.clamp(min=torch.finfo(theta.dtype).tiny), v)
+    finite = estimate[torch.isfinite(estimate)]
+    return float(finite.max()) if finite.numel() else math.nan

@@ -31,7 +31,7 @@ ENGINES = {
     "sghmc": ({}, 1),
     "sgld_sa": ({"step_size": 1e-4}, 1),
     "sghmc_sa": ({}, 1),
-    "sghmc_group_ss": ({}, 1),
+    "sghmc_group_ss": ({"cycle_length": 50}, 1),  # the former default at 20 rows: draws 50 iterations apart
     "svi": ({"num_steps": 24}, 2),
 }
 

@@ -18,13 +18,16 @@ noise :math:`\xi \sim N(0, I)` kept from the previous step, one step is
 The weights of a layer with a :class:`~bnnzoo.models.GroupSpikeAndSlab` prior fall
 into groups (input columns of a Dense weight; kernels, input channels or output
 filters of a Conv2d weight: the prior's ``group``). Once per epoch after
-``em_warmup`` epochs, the E-step (:func:`e_step`) looks at each group's mean
+``em_warmup`` epochs (``"auto"``: max(50 epochs, 500 iterations)), the E-step
+(:func:`~bnnzoo.inference.group_em.guarded_e_step`) looks at each group's mean
 :math:`w^2`: below ``soft_threshold`` the group gets the large decay
 ``spike_decay`` (spike), otherwise the small ``slab_decay`` (slab), re-decided
-every time (a soft, reversible mask; :func:`~bnnzoo.inference.group_em.e_step`); below ``hard_threshold`` the group is pruned
-for good (a hard mask: its weights are held at exactly zero and its momentum and
-:math:`\rho` are frozen). The result is a sparse network in one run, with no
-retraining.
+every time (a soft, reversible mask); a group found below ``hard_threshold`` at
+``prune_patience`` E-steps in a row (the pruning guard; ``"auto"``: the E-steps in
+1/C_0^2 iterations, at least 3) is pruned for good (a hard mask: its weights are held
+at exactly zero and its momentum and :math:`\rho` are frozen). The result is a sparse
+network in one run, with no retraining. The ``"auto"`` rules are in ``docs/algorithms.md``,
+"Data-scaled defaults".
 
 Weight decay and the prior
 --------------------------
@@ -60,7 +63,6 @@ stochastic gradient MCMC for Bayesian deep learning", ICLR (the cyclical schedul
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -68,41 +70,39 @@ import pyro
 import torch
 
 from ...models.priors import GroupSpikeAndSlab, group_dims
-from ..group_em import GroupSparseOptions, e_step, em_due
-from ..options import choice, integer, option, optional, positive
+from ..group_em import (GroupSparseOptions, em_due, group_sparse_rules, group_step_size_rule, guarded_e_step,
+                        threshold_rules)
+from ..options import choice, integer, option, positive
 from ..potential import BNNPotential
-from ..sgmcmc import StepSizeSchedule
-from .sgmcmc import SCHEDULES, SGMCMCKernel, SGMCMCOptions, minibatch_data
+from ..sgmcmc import AUTO, SCHEDULES
+from .sgmcmc import SGMCMCKernel, SGMCMCOptions, auto_or, fan_in_radius, minibatch_data
 
 __all__ = ["GroupSparseSGHMC", "GroupSparseSGHMCOptions", "fan_in_radius", "group_sites"]
 
 Tensor = torch.Tensor
-#: cycles of the default cyclical schedule are this many epochs long
-DEFAULT_CYCLE_EPOCHS = 50
 
 
 def _init_radius(name: str, value) -> None:
-    if value != "fan_in":
+    if value not in ("fan_in", AUTO):
         positive(name, value)
 
 
 @dataclass(frozen=True)
 class GroupSparseSGHMCOptions(GroupSparseOptions, SGMCMCOptions):
     """Options of :class:`GroupSparseSGHMC`: the update's and E-step's, and the SG-MCMC ones
-    with paper 004's defaults (cyclical steps from C_0^2 = 0.01, fan-in initialisation)."""
+    with paper 004's defaults (cyclical steps from C_0^2 = 0.01, fan-in initialisation, biases 0)."""
 
-    step_size: float = option(1e-2, "C_0^2, the largest step size of the cyclical schedule", positive)
+    step_size: float | str = option(AUTO, "C_0^2, the largest step size of the cyclical schedule; auto: "
+                                    "min(0.1, 1/(4 lambda)), lambda the largest Hessian eigenvalue of the mean "
+                                    "loss at the initial point", auto_or(positive))
     schedule: str = option("cyclical", "step-size schedule: 'cyclical', 'constant' or 'polynomial'",
                            choice(*SCHEDULES))
-    cycle_length: int | None = option(None, "iterations per cycle (None: 50 epochs)", optional(integer(1)))
+    cycle_length: int | str = option(AUTO, "iterations per cycle; auto: max(50 epochs, 1000 iterations)",
+                                     auto_or(integer(1)))
     thin: int = option(1, "cycles per draw with the cyclical schedule, else iterations per draw", integer(1))
-    init_radius: float | str = option("fan_in", "initial points uniform in (-r, r); 'fan_in': r = 1/sqrt(fan_in)",
+    init_radius: float | str = option(AUTO, "initial points uniform in (-r, r); 'fan_in': r = 1/sqrt(fan_in) "
+                                      "(PyTorch's, the paper's); auto: the same for weights, biases 0",
                                       _init_radius)
-
-    def step_schedule(self) -> StepSizeSchedule:
-        """The schedule; a cyclical one without ``cycle_length`` gets its length (50 epochs) in ``prepare``."""
-        cycle = 1 if self.schedule == "cyclical" and self.cycle_length is None else self.cycle_length
-        return StepSizeSchedule(self.step_size, self.schedule, self.decay_power, self.decay_offset, cycle)
 
 
 # ------------------------------------------------------------ groups of a model
@@ -157,15 +157,9 @@ def _prior_decay(potential: BNNPotential, sites: list[GroupSite]) -> Tensor:
     return decay
 
 
-def fan_in_radius(potential) -> Tensor:
-    """``[D]`` radius ``1/sqrt(fan_in)`` of each layer's weight and bias (PyTorch's default
-    initialisation of ``nn.Linear`` / ``nn.Conv2d``, the paper's); 1 for other sites."""
-    radius = torch.ones(potential.dim, **potential.placement)
-    for name, index in potential.slices.items():
-        weight = potential.shapes.get(f"{name.rsplit('.', 1)[0]}.weight", ())
-        if len(weight) > 1:
-            radius[index] = 1.0 / math.sqrt(math.prod(weight[1:]))
-    return radius
+def fan_in(site: GroupSite) -> int:
+    """The fan-in of a grouped weight: the product of its dims after the first (outputs)."""
+    return math.prod(site.shape[1:])
 
 
 # ------------------------------------------------------------ the kernel
@@ -176,9 +170,11 @@ class GroupSparseSGHMC(SGMCMCKernel):
     Options: :class:`GroupSparseSGHMCOptions` (the update's and the E-step's
     :class:`~bnnzoo.inference.group_em.GroupSparseOptions`, and the SG-MCMC ones:
     ``step_size`` is :math:`C_0^2`, the largest step size of the cyclical schedule;
-    ``cycle_length`` None is 50 epochs; ``thin`` counts cycles with the cyclical
-    schedule; ``init_radius="fan_in"`` starts each layer uniform in
-    :math:`\pm 1/\sqrt{\text{fan\_in}}`, as the paper's PyTorch networks do).
+    ``cycle_length="auto"`` is max(50 epochs, 1000 iterations); ``thin`` counts cycles with the
+    cyclical schedule; ``init_radius="auto"`` starts each layer's weights uniform in
+    :math:`\pm 1/\sqrt{\text{fan\_in}}` and its biases at 0; ``"fan_in"`` also draws the biases
+    in that range, as the paper's PyTorch networks do). The ``"auto"`` rules are in
+    ``docs/algorithms.md``, "Data-scaled defaults".
 
     Examples
     --------
@@ -192,23 +188,13 @@ class GroupSparseSGHMC(SGMCMCKernel):
     def __init__(self, model=None, potential=None, **options):
         super().__init__(model, potential, **options)
         self.rule = self.options
-        self._default_cycle = self.options.schedule == "cyclical" and self.options.cycle_length is None
-        self._fan_in = self.options.init_radius == "fan_in"
-        if self._fan_in:
-            self.init_radius = 1.0
-
-    def setup(self, warmup_steps: int, *args, **kwargs) -> None:
-        super().setup(warmup_steps, *args, **kwargs)
-        if self._fan_in and not self._user_initial_params:
-            theta = (torch.rand(self.num_chains, self.potential.dim, **self.potential.placement) * 2 - 1) \
-                * fan_in_radius(self.potential)
-            self._initial_params = self.unflatten(theta)
 
     # ---------------------------------------------------------------- state
     def _reset(self) -> None:
         super()._reset()
         self._decay: Tensor | None = None  # [C, D] weight decay per coordinate
         self._keep: Tensor | None = None  # [C, D] hard mask (False: pruned)
+        self._below: Tensor | None = None  # [C, D] E-steps in a row below the hard threshold (per group)
 
     def check_potential(self, potential) -> None:
         super().check_potential(potential)
@@ -225,20 +211,46 @@ class GroupSparseSGHMC(SGMCMCKernel):
                  for s in sites]
         return outside, slab, spike
 
+    def resolve_auto(self, theta: Tensor) -> dict:
+        """The ``"auto"`` options from N, B, C_0^2 and each grouped layer's fan-in
+        (:func:`~bnnzoo.inference.group_em.group_sparse_rules`, :func:`~bnnzoo.inference.group_em.threshold_rules`);
+        the thresholds are per grouped site, ``{site: value}``."""
+        auto, opts = self.options.auto_fields(), self.options
+        potential = self.potential
+        epoch = math.ceil(potential.num_data / (self.batch_size or potential.num_data))
+        em_every = opts.em_every or epoch
+        values = {}
+        if "step_size" in auto:
+            values["step_size"] = group_step_size_rule(self.curvature(theta) / potential.num_data)
+        rules = group_sparse_rules(epoch, em_every, values.get("step_size", opts.step_size))
+        values.update({k: v for k, v in rules.items() if k in auto})
+        if "cycle_length" in values and opts.schedule != "cyclical":
+            del values["cycle_length"]
+        sites = group_sites(potential, type(self).__name__)
+        for name in ("soft_threshold", "hard_threshold"):
+            if name in auto:
+                values[name] = {s.name: threshold_rules(fan_in(s))[name] for s in sites}
+        return values
+
+    def _per_site(self, name: str) -> list[float]:
+        value = self.auto_values.get(name, getattr(self.options, name))
+        return [value[s.name] for s in self._sites] if isinstance(value, dict) else [float(value)] * len(self._sites)
+
     def prepare(self, theta: Tensor) -> None:
         super().prepare(theta)
+        self.rule = self.resolved
         potential = self.potential
         self._sites = group_sites(potential, type(self).__name__)
+        self._soft, self._hard = self._per_site("soft_threshold"), self._per_site("hard_threshold")
         outside, self._slab, self._spike = self._decays(potential, self._sites)
         epoch = math.ceil(potential.num_data / (self.batch_size or potential.num_data))
         self._em_every = self.rule.em_every or epoch
-        if self._default_cycle:
-            self.schedule = dataclasses.replace(self.schedule, cycle_length=DEFAULT_CYCLE_EPOCHS * epoch)
         self._temperature = self.rule.temperature or potential.num_data ** -0.5
         for site, slab in zip(self._sites, self._slab):  # every group starts in the slab
             outside[site.index] = slab
         self._decay = outside.expand(self.num_chains, -1).clone()
         self._keep = torch.ones(self.num_chains, potential.dim, dtype=torch.bool, device=theta.device)
+        self._below = torch.zeros(self.num_chains, potential.dim, dtype=torch.long, device=theta.device)
 
     def temperature_schedule(self) -> tuple[float, float, float]:
         """A constant inverse temperature :math:`1/T`."""
@@ -285,12 +297,13 @@ class GroupSparseSGHMC(SGMCMCKernel):
         return x[:, site.index].reshape((self.num_chains,) + site.shape)
 
     def _e_step(self, theta: Tensor) -> None:
-        rule = self.rule
-        for site, slab, spike in zip(self._sites, self._slab, self._spike):
-            decay, keep = e_step(self._site_view(theta, site), site.within, self._site_view(self._keep, site),
-                                 rule.soft_threshold, rule.hard_threshold, slab, spike)
+        for site, slab, spike, soft, hard in zip(self._sites, self._slab, self._spike, self._soft, self._hard):
+            decay, keep, below = guarded_e_step(self._site_view(theta, site), site.within,
+                                                self._site_view(self._keep, site), self._site_view(self._below, site),
+                                                soft, hard, slab, spike, self.rule.prune_patience)
             self._decay[:, site.index] = decay.reshape(self.num_chains, -1)
             self._keep[:, site.index] = keep.reshape(self.num_chains, -1)
+            self._below[:, site.index] = below.reshape(self.num_chains, -1)
 
     def iterations_per_draw(self) -> int:
         """After warm-up with the cyclical schedule: to the end of the ``thin``-th cycle from here."""

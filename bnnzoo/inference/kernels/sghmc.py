@@ -11,7 +11,7 @@ from ... import validation
 from ..sgmcmc import sghmc_step
 from ..options import option, positive
 from .sgld import SGLD
-from .sgmcmc import SGLDOptions
+from .sgmcmc import AUTO, SGLDOptions, auto_or
 
 __all__ = ["NOISE_ESTIMATES", "SGHMC", "SGHMCOptions"]
 
@@ -30,7 +30,9 @@ def _noise_estimate(name: str, value) -> None:
 class SGHMCOptions(SGLDOptions):
     """Options of :class:`SGHMC`: :class:`SGLDOptions` plus friction and the noise estimate."""
 
-    step_size: float = option(1e-5, "the learning rate eta_0 (epsilon^2 / m)", positive)
+    step_size: float | str = option(AUTO, "the learning rate eta_0 (epsilon^2 / m); auto: 2/lambda with the "
+                                    "polynomial schedule, else 1/lambda; lambda the largest Hessian eigenvalue of "
+                                    "the likelihood at the initial point", auto_or(positive))
     friction: float = option(0.1, "alpha in (0, 1] (1 - the momentum coefficient)",
                              lambda n, v: validation.in_interval(n, v, 0, 1, low_open=True, high_open=False))
     noise_estimate: float | str = option(

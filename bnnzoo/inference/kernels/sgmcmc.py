@@ -65,19 +65,23 @@ from __future__ import annotations
 
 import math
 import warnings
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+import pyro
 import torch
 
-from ..potential import PyroPotential
+from ..potential import BNNPotential, PyroPotential
 from ..pruning import MagnitudePruning
-from ..sgmcmc import SCHEDULES, StepSizeSchedule, finite_chains, inverse_temperature_at, keep_chains, minibatch_rows
+from ..sgmcmc import (AUTO, SCHEDULES, StepSizeSchedule, finite_chains, inverse_temperature_at, keep_chains,
+                      largest_curvature, minibatch_rows)
 from .base import BaseOptions, FlatKernel
 from ..options import choice, flag, integer, interval, option, optional, positive, site_names
 
-__all__ = ["BLOWUP_FACTOR", "FROZEN_ITERATIONS", "SGLDOptions", "SGMCMCKernel", "SGMCMCOptions", "minibatch_data"]
+__all__ = ["AUTO", "BLOWUP_FACTOR", "FROZEN_ITERATIONS", "SGLDOptions", "SGMCMCKernel", "SGMCMCOptions", "auto_or",
+           "fan_in_radius", "minibatch_data", "step_size_rule"]
 
 Tensor = torch.Tensor
 #: InferenceData attributes of every SG-MCMC run
@@ -97,6 +101,51 @@ def minibatch_data(potential, rows: Tensor | None) -> tuple[Tensor, Tensor, floa
     return (*potential.minibatch(rows), potential.num_data / rows.shape[-1])
 
 
+#: power iterations of the ``step_size="auto"`` curvature estimate (:func:`largest_curvature`)
+CURVATURE_ITERATIONS = 20
+#: step_size="auto": this over the curvature with the decaying polynomial schedule, 1 over it with another
+DECAYING_STEP_FRACTION = 2.0
+#: ``init_radius="auto"`` (weights uniform in 1/sqrt(fan_in), biases 0) and ``"fan_in"`` (PyTorch's: biases too)
+FAN_IN = ("auto", "fan_in")
+
+
+def auto_or(check):
+    """``check``, or nothing for the sentinel ``"auto"`` (a value the kernel sets from the data)."""
+    return lambda name, value: None if isinstance(value, str) and value == AUTO else check(name, value)
+
+
+def _init_radius(name: str, value) -> None:
+    if not (isinstance(value, str) and value in FAN_IN):
+        positive(name, value)
+
+
+def fan_in_radius(potential, zero_biases: bool = False) -> Tensor:
+    """``[D]`` radius ``1/sqrt(fan_in)`` of each layer's weight and bias (PyTorch's default
+    initialisation of ``nn.Linear`` / ``nn.Conv2d``); with ``zero_biases`` the biases start at 0
+    (radius 0). 1 for other sites and for a potential without layers (a Pyro model, a known density)."""
+    radius = torch.ones(potential.dim, **potential.placement)
+    shapes = getattr(potential, "shapes", {})
+    for name, index in getattr(potential, "slices", {}).items():
+        weight = shapes.get(f"{name.rsplit('.', 1)[0]}.weight", ())
+        if len(weight) > 1:
+            bias = name.endswith(".bias")
+            radius[index] = 0.0 if bias and zero_biases else 1.0 / math.sqrt(math.prod(weight[1:]))
+    return radius
+
+
+def step_size_rule(curvature: float, schedule: str = "polynomial") -> float:
+    r"""``step_size="auto"`` of SGLD, SGHMC and their SA variants, from :math:`\hat\lambda`, the largest
+    curvature of the likelihood at the initial point: the stability limit :math:`2/\hat\lambda` of a
+    gradient step on the stiffest direction with the decaying ``"polynomial"`` schedule (its
+    :math:`k^{-1/3}` is below the limit from the second iteration on: 0.79 at k = 2), half of it,
+    :math:`1/\hat\lambda`, with a schedule that stays near :math:`\epsilon_0` (``docs/algorithms.md``,
+    "Data-scaled defaults")."""
+    if not math.isfinite(curvature) or curvature <= 0:
+        raise ValueError(f"step_size='auto': the curvature of the potential at the initial point is "
+                         f"{curvature!r}, no step size follows from it; give step_size a number")
+    return (DECAYING_STEP_FRACTION if schedule == "polynomial" else 1.0) / curvature
+
+
 def _max_inverse_temperature(name: str, value) -> None:
     if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
         raise ValueError(f"{name} must be positive, got {value!r}")
@@ -106,21 +155,35 @@ def _max_inverse_temperature(name: str, value) -> None:
 class SGMCMCOptions(BaseOptions):
     """Options every SG-MCMC kernel has: step sizes, minibatches, thinning."""
 
-    step_size: float = option(1e-4, "epsilon_0 (SGLD) or the learning rate eta_0 (SGHMC)", positive)
-    schedule: str = option("constant", "step-size schedule: 'constant', 'polynomial' or 'cyclical'",
-                           choice(*SCHEDULES))
+    step_size: float | str = option(AUTO, "epsilon_0 (SGLD) or the learning rate eta_0 (SGHMC); auto: 2/lambda with "
+                                    "the polynomial schedule, else 1/lambda; lambda the largest Hessian eigenvalue "
+                                    "of the likelihood at the initial point",
+                                    auto_or(positive))
+    schedule: str = option(AUTO, "step-size schedule: 'constant', 'polynomial' or 'cyclical'; auto: "
+                           "'polynomial' (eps_0 k^-1/3)", choice(AUTO, *SCHEDULES))
     decay_power: float = option(1.0 / 3.0, "polynomial decay eps_0 ((k+b)/(1+b))^-gamma: gamma", positive)
     decay_offset: float = option(0.0, "polynomial decay: the offset b", interval(0))
     cycle_length: int | None = option(None, "iterations per cycle of the cyclical schedule", optional(integer(1)))
     batch_size: int | None = option(None, "minibatch size B (None: the full data every step)", optional(integer(1)))
     shared_minibatch: bool = option(False, "one minibatch for all vectorized chains (default: one per chain)", flag)
     thin: int = option(1, "iterations per kept draw after warm-up", integer(1))
+    init_radius: float | str = option(AUTO, "initial points uniform in (-r, r) in unconstrained space; auto: "
+                                      "r = 1/sqrt(fan_in) for layer weights, biases 0, 1 elsewhere", _init_radius)
 
     def validate(self) -> None:
         self.step_schedule()
 
     def step_schedule(self) -> StepSizeSchedule:
-        return StepSizeSchedule(self.step_size, self.schedule, self.decay_power, self.decay_offset, self.cycle_length)
+        """The schedule; an ``"auto"`` value stands in as what its rule may give, for the checks."""
+        step = 1.0 if self.step_size == AUTO else self.step_size
+        kind = "polynomial" if self.schedule == AUTO else self.schedule
+        cycle = 1 if self.cycle_length == AUTO else self.cycle_length
+        return StepSizeSchedule(step, kind, self.decay_power, self.decay_offset, cycle)
+
+    def auto_fields(self) -> list[str]:
+        """The options left at ``"auto"`` (set from the data when the kernel starts)."""
+        return [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), str)
+                and getattr(self, f.name) == AUTO and f.name != "init_radius"]
 
 
 @dataclass(frozen=True)
@@ -165,7 +228,11 @@ class SGMCMCKernel(FlatKernel):
 
     def __init__(self, model=None, potential=None, **options):
         super().__init__(model, potential, **options)
+        self.resolved = self.options  # the options with every "auto" replaced by its value, from prepare() on
+        self.auto_values: dict = {}
         self.schedule = self.options.step_schedule()
+        if isinstance(self.options.init_radius, str):  # "auto" / "fan_in": per layer, in initial_radius()
+            self.init_radius = 1.0
         self.batch_size = self.options.batch_size
         self.shared_minibatch = self.options.shared_minibatch
         self.thin = self.options.thin
@@ -185,8 +252,62 @@ class SGMCMCKernel(FlatKernel):
         self._failures: list = []  # per chain: None, or {"phase", "iteration", "draw", "reason"}
         self._failure_warned = False
 
+    def initial_radius(self) -> float | Tensor:
+        if isinstance(self.options.init_radius, str):
+            return fan_in_radius(self.potential, zero_biases=self.options.init_radius == AUTO)
+        return self.init_radius
+
+    # ------------------------------------------------------ "auto" options
+    def resolve_auto(self, theta: Tensor) -> dict:
+        """The values of the options left at ``"auto"``, from the potential (its data) and the
+        initial point ``[C, D]``: this kernel's rules (``docs/algorithms.md``, "Data-scaled defaults")."""
+        auto = self.options.auto_fields()
+        values = {}
+        if "schedule" in auto:
+            values["schedule"] = "polynomial"
+        if "step_size" in auto:
+            schedule = values.get("schedule", self.options.schedule)
+            values["step_size"] = step_size_rule(self.curvature(theta), schedule)
+        return values
+
+    def curvature(self, theta: Tensor, directions: Tensor | None = None) -> float:
+        """:func:`largest_curvature` at ``theta`` of the full-data negative log likelihood (of a BNN;
+        of the whole potential otherwise), computed once per setup. The likelihood is the part that
+        grows with N; a prior's kink (Laplace, spike-and-slab) has no finite curvature to measure. Where the
+        likelihood shows none (every ReLU unit dead at the start), the whole potential's."""
+        if getattr(self, "_curvature", None) is None:
+            curvature = largest_curvature(self._likelihood_gradient, theta, CURVATURE_ITERATIONS,
+                                          directions=directions)
+            if not (math.isfinite(curvature) and curvature > 0):  # e.g. every ReLU unit dead at the start
+                curvature = largest_curvature(self.potential.value_and_grad, theta, CURVATURE_ITERATIONS,
+                                              directions=directions)
+            self._curvature = curvature
+        return self._curvature
+
+    def _likelihood_gradient(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """``(-log p(y | theta) [C], its gradient [C, D])`` on the full data (a BNN), else ``U``'s."""
+        potential = self.potential
+        if not isinstance(potential, BNNPotential):
+            return potential.value_and_grad(theta)
+        theta = theta.detach().requires_grad_(True)
+        with torch.enable_grad(), pyro.validation_enabled(False):
+            values, _ = potential.constrained_values(theta)
+            value = -potential.log_likelihood(values)
+            (grad,) = torch.autograd.grad(value.sum(), theta)
+        return value.detach(), grad
+
+    def _resolve(self, theta: Tensor) -> None:
+        self._curvature = None
+        self.auto_values = self.resolve_auto(theta)
+        if self._curvature is not None:
+            self.auto_values.setdefault("curvature", self._curvature)
+        given = {k: v for k, v in self.auto_values.items() if k in self.options.names() and not isinstance(v, dict)}
+        self.resolved = dataclasses.replace(self.options, **given)
+        self.schedule = self.resolved.step_schedule()
+
     def prepare(self, theta: Tensor) -> None:
         self.check_potential(self.potential)
+        self._resolve(theta)
         if self.pruning is not None:
             self._pruner = self.pruning.bind(self.potential, self.num_chains)
         radius = theta.detach().abs().amax(-1).nan_to_num(nan=1.0, posinf=1.0).clamp(min=1.0)
@@ -211,7 +332,10 @@ class SGMCMCKernel(FlatKernel):
 
     def notes(self) -> dict:
         full_data = self.batch_size is None or self.batch_size == getattr(self.potential, "num_data", None)
-        return {"lp_estimate": LP_FULL_DATA if full_data else LP_NOTE, "iterations_per_draw": self.thin}
+        notes = {"lp_estimate": LP_FULL_DATA if full_data else LP_NOTE, "iterations_per_draw": self.thin}
+        if self.auto_values:  # what each "auto" option was set to (and the curvature the step came from)
+            notes["auto_options"] = dict(self.auto_values)
+        return notes
 
     def check_batch_size(self, potential) -> None:
         """Clear errors for a minibatch the potential cannot give."""
@@ -324,7 +448,7 @@ class SGMCMCKernel(FlatKernel):
         chain = f"chain {failed[0]}" if self.num_chains > 1 else "the chain"
         return (f"{type(self).__name__}: {len(failed)} of {self.num_chains} chain(s) failed; {chain} at {phase} "
                 f"iteration {first['iteration']} (draw {first['draw']}): {first['reason']}; its draws are not "
-                f"posterior draws: lower step_size (now {self.options.step_size:g})")
+                f"posterior draws: lower step_size (now {self.resolved.step_size:g})")
 
     def cleanup(self) -> None:
         """End of a run (Pyro calls it): warn once about failed chains."""

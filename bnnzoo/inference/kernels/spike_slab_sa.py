@@ -220,6 +220,21 @@ class AdaptiveSpikeSlab:
         super().check_potential(potential)
         sparse_sites(potential, type(self).__name__)
 
+    def curvature(self, theta: Tensor, directions: Tensor | None = None) -> float:
+        """The curvature of ``step_size="auto"``; a learned noise variance is pinned at the initial
+        sigma^2 of the sparse layers' prior (the value the SA starts from) and left out of the directions."""
+        likelihood = self.potential.model.likelihood
+        if getattr(self, "_curvature", None) is None and isinstance(likelihood, GaussianLikelihood) \
+                and likelihood.learned:
+            sigma = sparse_sites(self.potential, type(self).__name__)[0].prior.sigma
+            theta = theta.clone()
+            index = self.potential.slices["noise_var"]
+            variance = torch.tensor(sigma ** 2, dtype=theta.dtype, device=theta.device)
+            theta[:, index] = self.potential.transforms["noise_var"](variance)
+            directions = torch.ones(theta.shape[-1], dtype=torch.bool, device=theta.device)
+            directions[index] = False
+        return super().curvature(theta, directions)
+
     @property
     def state(self) -> SpikeSlabState:
         """The current hyperparameters (kernel state, not sampled)."""

@@ -74,7 +74,8 @@ def test_em_schedule():
 
 # ------------------------------------------------------------ pruning
 def test_hard_pruned_weights_stay_zero_and_get_no_updates():
-    kernel, _, _, _ = _kernel(em_warmup=0, em_every=1, step_size=0.05, schedule="constant")
+    # prune_patience=1: prune at the first E-step that finds a group below the threshold (the guard is tested below)
+    kernel, _, _, _ = _kernel(em_warmup=0, em_every=1, step_size=0.05, schedule="constant", prune_patience=1)
     theta = torch.full((1, 6), 0.5)
     theta[0, [2, 4]] = 0.01  # mean w^2 = 1e-4 < hard_threshold: pruned by the first E-step
     theta[0, :2] = torch.tensor([1.0, -0.5])  # y = x_0 - 0.5 x_1
@@ -93,7 +94,7 @@ def test_hard_pruned_weights_stay_zero_and_get_no_updates():
 
 def test_optimizer_and_kernel_give_identical_updates():
     options = dict(em_warmup=1, em_every=2, soft_threshold=0.05, hard_threshold=0.02, spike_decay=0.3,
-                   init_momentum=0.01, rho_lr=0.5)
+                   init_momentum=0.01, rho_lr=0.5, prune_patience=2)
     kernel, model, x, y = _kernel(step_size=0.05, schedule="constant", **options)
     start = torch.tensor([[0.8, -0.6, 0.2, 0.1, -0.05, 0.3]])  # groups in the slab, the spike, and pruned later
     weight = start.reshape(1, 6).clone().requires_grad_(True)
@@ -163,7 +164,7 @@ def small_run():
     x = torch.randn(64, 8)
     y = x[:, 0] + 0.3 * torch.randn(64)
     return run(_spec(8, hidden=3), (x, y), engine="sghmc_group_ss", num_samples=4, warmup_steps=7, num_chains=2,
-               seed=0, batch_size=16, cycle_length=10, em_warmup=1, init_radius=0.3)
+               seed=0, batch_size=16, cycle_length=10, em_warmup=1, init_radius=0.3, step_size=1e-2)
 
 
 def test_draws_are_cycle_ends(small_run):
@@ -271,7 +272,8 @@ def test_conv_groups_are_pruned_whole(group, index, groups):
                    likelihood=GaussianLikelihood(0.5))
     x, y = torch.randn(16, 2, 5, 5), torch.randn(16)
     potential = BNNPotential(BNN(spec), x, y)
-    kernel = GroupSparseSGHMC(potential=potential, em_warmup=0, em_every=1, step_size=1e-4, schedule="constant")
+    kernel = GroupSparseSGHMC(potential=potential, em_warmup=0, em_every=1, step_size=1e-4, schedule="constant",
+                              prune_patience=1)
     kernel.setup(0)
     theta = torch.full((1, potential.dim), 0.5)
     where = potential.slices["layers.0.weight"]

@@ -74,7 +74,8 @@ def test_sgld_minibatches_a_subsampled_pyro_model():
     # the model's subsample_size (10) is not the kernel's batch_size (20): batch_size wins
     step_size, batch_size = 5e-4, 20
     pyro.set_rng_seed(0)
-    kernel = SGLD(regression, step_size=step_size, batch_size=batch_size, thin=5, num_chains=6, init_radius=0.5)
+    kernel = SGLD(regression, step_size=step_size, schedule="constant", batch_size=batch_size, thin=5, num_chains=6,
+                  init_radius=0.5)
     mcmc = MCMC(kernel, num_samples=400, warmup_steps=200, disable_progbar=True)
     mcmc.run(PROBLEM.x, PROBLEM.y)
     assert isinstance(kernel.potential, PyroPotential) and kernel.potential.num_data == 40

@@ -64,8 +64,8 @@ def normal_model():
     (FixedStepHMC, {"step_size": 0.5, "num_steps": 4}, 800),
     (ChEESHMC, {}, 800),
     (ProximalHMC, {"step_size": 0.5, "num_steps": 4}, 800),
-    (SGLD, {"step_size": 0.4, "thin": 4}, 1000),
-    (SGHMC, {"step_size": 0.1, "friction": 0.3, "thin": 4}, 1000),
+    (SGLD, {"step_size": 0.4, "schedule": "constant", "thin": 4}, 1000),
+    (SGHMC, {"step_size": 0.1, "schedule": "constant", "friction": 0.3, "thin": 4}, 1000),
 ], ids=["rwmh", "fixed_hmc", "chees", "proximal_hmc", "sgld", "sghmc"])
 def test_every_kernel_samples_a_model_without_arguments_exactly(kernel_cls, options, draws):
     """x ~ N(1, 2^2) with no data: ESS first, then mean and sd within 5 MCSE (the SG-MCMC

@@ -1,0 +1,218 @@
+"""Selection that holds when the data set changes: the sparse engines with their defaults.
+
+Runs the paper-001 large-p-small-n regression (``sgld_sa``) and the paper-004 regression and
+classification (``sghmc_group_ss``) with every engine option at its default (``"auto"`` rules:
+``docs/algorithms.md``, "Data-scaled defaults"), across training-set sizes, noise levels and seeds.
+The only settings given are the budget (warm-up iterations and draws) and, for paper 004, the
+paper's minibatch of 1024 rows (a compute choice; the rules scale with it). For each cell (problem,
+N, noise) and seed it records
+
+* relevant inputs kept and irrelevant inputs kept (``sgld_sa``: inclusion probability > 0.5;
+  ``sghmc_group_ss``: the input columns its hard mask keeps),
+* the test error of the posterior mean / ensemble (MSE for the regressions, accuracy for the
+  classification) and its noise floor (the noise variance; none for the noiseless labels),
+* wall time.
+
+    python examples/robustness_sparse.py                   # -> out/robustness_sparse/ (about 15 min, 2 cores)
+    python examples/robustness_sparse.py --full --out out/robustness_sparse_full
+    python examples/robustness_sparse.py --smoke --out out/robustness_smoke   # seconds: checks the script
+
+Default: paper 001 at n = 50 and 400 with noise variance 1 and 3 (5000 warm-up iterations, 500
+draws); paper 004 at N = 2048 and 20480 (regression noise sd 0.5 and 1; 1 warm-up cycle and 2 draws,
+cycles of ``cycle_length="auto"``); 3 seeds each. ``--full``: n in 50, 100, 200, 400 and noise
+variance 1, 3, 9; N in 2048, 5120, 10240, 20480, noise sd 0.5, 1, 2; 2 warm-up cycles and 4 draws.
+The classification labels have no noise knob (a deterministic function of x1..x4), so they vary
+by N only. Writes ``table.md``, ``runs.csv`` and ``timing.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+BATCH = 1024
+#: (problem, sizes, noise levels) per size of the study
+DEFAULT = dict(p001=((50, 400), (1.0, 3.0)), reg=((2048, 20480), (0.5, 1.0)), cls=((2048, 20480),),
+               seeds=3, p001_warmup=5000, p001_draws=500, warmup_cycles=1, draw_cycles=2)
+FULL = dict(p001=((50, 100, 200, 400), (1.0, 3.0, 9.0)), reg=((2048, 5120, 10240, 20480), (0.5, 1.0, 2.0)),
+            cls=((2048, 5120, 10240, 20480),), seeds=3, p001_warmup=20_000, p001_draws=1000, warmup_cycles=2,
+            draw_cycles=4)
+SMOKE = dict(p001=((50,), (3.0,)), reg=((256,), (1.0,)), cls=((256,),), seeds=2, p001_warmup=100,
+             p001_draws=10, warmup_cycles=0, draw_cycles=1, p=50, cycle=20)
+
+
+def _threads() -> None:
+    torch.set_num_threads(1)
+
+
+def p001_run(n: int, noise_var: float, seed: int, warmup: int, draws: int, p: int = 1000) -> dict:
+    """``sgld_sa`` with its defaults on ``linear_p1000`` (n rows, p inputs, noise variance)."""
+    _threads()
+    from bnnzoo.data import load
+    from bnnzoo.inference import run
+    from bnnzoo.models import zoo
+
+    data = load("linear_p1000", seed=seed, n_train=n, p=p, noise_var=noise_var)
+    start = time.perf_counter()
+    r = run(zoo.get("sparse_linear", p=p), data, engine="sgld_sa", num_samples=draws, warmup_steps=warmup,
+            num_chains=1, seed=seed, progress=False)
+    seconds = time.perf_counter() - start
+    prediction = r.predict(data.x_test)[..., 0].mean((0, 1))
+    y = data.y_test.numpy()
+    kept = np.flatnonzero(r.inclusion_prob["layers.0.weight"][0, 0] > 0.5)
+    return _row("paper001 regression (sgld_sa)", n, noise_var, seed, kept, data.meta["support"], p,
+                float(((prediction - y) ** 2).mean()), noise_var, seconds, r,
+                mae=float(np.abs(prediction - y).mean()), mae_floor=math.sqrt(2 * noise_var / math.pi))
+
+
+def p004_spec(task: str, p: int, noise: float | None):
+    from bnnzoo.models import Bernoulli, BNNSpec, Dense, Gaussian, GaussianLikelihood, GroupSpikeAndSlab
+
+    hidden = [5, 3] if task == "regression" else [6, 4, 3]
+    likelihood = GaussianLikelihood(noise) if task == "regression" else Bernoulli()
+    return BNNSpec(layers=[Dense(h, "relu") for h in hidden] + [Dense(1)], input_dim=p, prior=Gaussian(1.0),
+                   priors={"layers.0.weight": GroupSpikeAndSlab()}, likelihood=likelihood, name=f"paper004_{task}")
+
+
+def cycle_iterations(n: int, batch: int) -> int:
+    """The length of a cycle under ``cycle_length="auto"`` (the engine's rule), to count the budget in cycles."""
+    from bnnzoo.inference.group_em import group_sparse_rules
+
+    epoch = math.ceil(n / batch)
+    return group_sparse_rules(epoch, epoch, 0.01)["cycle_length"]
+
+
+def p004_run(task: str, n: int, noise: float | None, seed: int, warmup_cycles: int, draw_cycles: int,
+             p: int = 1000, cycle: int | None = None) -> dict:
+    """``sghmc_group_ss`` with its defaults on paper 004's problem (N rows, p inputs, noise sd)."""
+    _threads()
+    from bnnzoo.data import load
+    from bnnzoo.inference import run
+
+    extra = {"noise": noise} if task == "regression" else {}
+    data = load(f"group_sparse_{task}", seed=seed, n_train=n, p=p, **extra)
+    batch = min(BATCH, n)
+    options = {} if cycle is None else {"cycle_length": cycle}  # --smoke only: a short cycle
+    length = cycle or cycle_iterations(n, batch)
+    start = time.perf_counter()
+    r = run(p004_spec(task, p, noise), data, engine="sghmc_group_ss", batch_size=batch,
+            warmup_steps=warmup_cycles * length, num_samples=draw_cycles, num_chains=1, seed=seed, progress=False,
+            **options)
+    seconds = time.perf_counter() - start
+    f = r.predict(data.x_test)[..., 0]
+    y = data.y_test.numpy()
+    kept = np.flatnonzero(r.pruning_mask["layers.0.weight"][0].any(0))
+    if task == "regression":
+        error, floor = float(((f.mean((0, 1)) - y) ** 2).mean()), noise ** 2
+    else:
+        error, floor = float((((1 / (1 + np.exp(-f))).mean((0, 1)) > 0.5) == y).mean()), math.nan
+    return _row(f"paper004 {task} (sghmc_group_ss)", n, noise, seed, kept, data.meta["support"], p, error, floor,
+                seconds, r)
+
+
+def _row(problem, n, noise, seed, kept, support, p, error, floor, seconds, r, **extra) -> dict:
+    kept = [int(j) for j in kept]
+    return {"problem": problem, "n_train": n, "noise": noise, "seed": seed,
+            "relevant_kept": sum(j in kept for j in support), "relevant": len(support),
+            "irrelevant_kept": sum(j not in support for j in kept),
+            "irrelevant": p - len(support), "error": error, "floor": floor, "seconds": seconds,
+            "kept": " ".join(map(str, kept[:20])) + (" ..." if len(kept) > 20 else ""),
+            "failed": bool(np.any(r.notes.get("failed", False))),
+            "auto": json.dumps({k: (round(v, 6) if isinstance(v, float) else v)
+                                for k, v in r.notes.get("auto_options", {}).items()}), **extra}
+
+
+def jobs(size: dict):
+    p = size.get("p", 1000)
+    sizes, levels = size["p001"]
+    for n in sizes:
+        for noise in levels:
+            for seed in range(size["seeds"]):
+                yield p001_run, (n, noise, seed, size["p001_warmup"], size["p001_draws"], p)
+    sizes, levels = size["reg"]
+    for n in sizes:
+        for noise in levels:
+            for seed in range(size["seeds"]):
+                yield p004_run, ("regression", n, noise, seed, size["warmup_cycles"], size["draw_cycles"], p,
+                                 size.get("cycle"))
+    for n in size["cls"][0]:
+        for seed in range(size["seeds"]):
+            yield p004_run, ("classification", n, None, seed, size["warmup_cycles"], size["draw_cycles"], p,
+                             size.get("cycle"))
+
+
+def wanted(only: str, fn, arguments) -> bool:
+    """Whether ``--only`` keeps this run."""
+    if only == "all":
+        return True
+    return fn is p001_run if only == "paper001" else fn is p004_run and arguments[0] == only
+
+
+def table(rows: list[dict], out: Path) -> str:
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    frame.to_csv(out / "runs.csv", index=False)
+    lines = ["Every engine option at its default (`auto` rules). Per cell: relevant inputs kept and irrelevant "
+             "inputs kept per seed; test error (regressions: MSE, floor = noise variance; classification: "
+             "accuracy) mean ± sd over seeds; wall time per run (mean).", "",
+             "| problem | N | noise | relevant kept | irrelevant kept | test error | floor | s/run |",
+             "|---|---|---|---|---|---|---|---|"]
+    keys = ["problem", "n_train", "noise"]
+    for (problem, n, noise), cell in frame.groupby(keys, sort=False, dropna=False):
+        relevant = " ".join(f"{a}/{b}" for a, b in zip(cell.relevant_kept, cell.relevant))
+        irrelevant = " ".join(str(v) for v in cell.irrelevant_kept)
+        sd = cell.error.std(ddof=1) if len(cell) > 1 else 0.0
+        floor = "-" if not np.isfinite(cell.floor.iloc[0]) else f"{cell.floor.iloc[0]:g}"
+        level = "-" if noise is None or (isinstance(noise, float) and math.isnan(noise)) else f"{noise:g}"
+        lines.append(f"| {problem} | {n} | {level} | {relevant} | {irrelevant} | {cell.error.mean():.3f} ± {sd:.3f} "
+                     f"| {floor} | {cell.seconds.mean():.0f} |")
+    text = "\n".join(lines) + "\n"
+    (out / "table.md").write_text(text)
+    return text
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--full", action="store_true", help="more sizes and noise levels, longer runs")
+    group.add_argument("--smoke", action="store_true", help="a tiny run (seconds): checks the script")
+    parser.add_argument("--out", default="out/robustness_sparse")
+    parser.add_argument("--workers", type=int, default=1, help="processes for the independent runs")
+    parser.add_argument("--only", choices=("all", "paper001", "regression", "classification"), default="all")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    _threads()
+    size = SMOKE if args.smoke else FULL if args.full else DEFAULT
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    selected = [(f, a) for f, a in jobs(size) if wanted(args.only, f, a)]
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        futures = [pool.submit(fn, *a) for fn, a in selected]
+        rows = []
+        for i, future in enumerate(futures):
+            rows.append(future.result())
+            r = rows[-1]
+            print(f"[{i + 1}/{len(futures)}] {r['problem']} N={r['n_train']} noise={r['noise']} seed={r['seed']}: "
+                  f"relevant {r['relevant_kept']}/{r['relevant']}, irrelevant {r['irrelevant_kept']}, "
+                  f"error {r['error']:.3f}, {r['seconds']:.0f} s", flush=True)
+    print(table(rows, out))
+    timing = {"workers": args.workers, "cpu_count": os.cpu_count(), "total_s": time.perf_counter() - start}
+    (out / "timing.json").write_text(json.dumps(timing, indent=2))
+    print(f"wrote {out}/ in {timing['total_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
