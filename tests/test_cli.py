@@ -183,13 +183,15 @@ def test_errors_are_one_line_and_exit_nonzero(tmp_path, content, message):
     assert not list(tmp_path.glob("*.nc"))  # refused before any engine ran
 
 
-CTRL_C_RUN = """\
+TINY_MODEL_AND_DATA = """\
 [model]
 input_dim = 1
 layers = [{units = 3, activation = "tanh"}, {units = 1}]
 [data]
 name = "cosine"
 n_train = 20
+"""
+CTRL_C_RUN = TINY_MODEL_AND_DATA + """\
 [run]
 num_chains = 2
 [[engines]]
@@ -269,13 +271,7 @@ def test_run_file_device_and_the_device_option(tmp_path, capsys):
         assert main(["run", str(spec), "--out", str(tmp_path / "o5"), "--no-progress", "--device", "cpu"]) == 0
 
 
-SWEEP_FILE = """\
-[model]
-input_dim = 1
-layers = [{units = 3, activation = "tanh"}, {units = 1}]
-[data]
-name = "cosine"
-n_train = 20
+SWEEP_FILE = TINY_MODEL_AND_DATA + """\
 [run]
 num_samples = 10
 warmup_steps = 10
