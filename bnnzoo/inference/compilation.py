@@ -14,9 +14,10 @@ trajectory length. So :class:`AutoCompile` decides during the run:
    it measures the eager seconds per leapfrog step over the last :data:`PROBE`
    iterations and projects the rest of the run at the current steps per iteration;
 3. it compiles when the projected saving, :math:`t_\text{rest}(1 - 1/s)` with
-   :data:`ASSUMED_SPEEDUP` :math:`s`, exceeds the expected compile time: the time the
-   last compile of the same network and batch took on this machine (recorded in the
-   cache folder), else :data:`COLD_SECONDS`.
+   :data:`ASSUMED_SPEEDUP` :math:`s`, exceeds the expected compile time: none if this
+   process compiled the same network and batch already (the graph is reused), else the
+   time the last first compile of it took on this machine (recorded in the cache
+   folder), else :data:`COLD_SECONDS`.
 
 The inductor cache lives in ``~/.cache/bnnzoo/inductor`` (``$BNNZOO_CACHE/inductor``)
 unless ``TORCHINDUCTOR_CACHE_DIR`` is set, so a second process pays only the warm-cache
@@ -51,6 +52,9 @@ ASSUMED_SPEEDUP = 2.0
 COLD_SECONDS = 25.0
 #: iterations measured before deciding
 PROBE = 10
+#: signatures compiled in this process: their graphs are reused, so a second run here pays
+#: (almost) nothing, and its tiny compile time must not become the estimate for a new process
+_COMPILED_HERE: set[str] = set()
 
 
 def check_compile(name: str, value) -> object:
@@ -158,7 +162,7 @@ class AutoCompile:
         rest_seconds = (self.total_iterations - self.iteration) * rest[-1][1] * per_step
         self._key = signature(self.potential, theta)
         recorded = self.record.get(self._key)
-        expected = COLD_SECONDS if recorded is None else recorded
+        expected = 0.0 if self._key in _COMPILED_HERE else COLD_SECONDS if recorded is None else recorded
         numbers = (f"at iteration {self.iteration}: eager {per_step * 1e3:.2g} ms per leapfrog step, about "
                    f"{rest_seconds:.0f} s left eagerly, compile expected {expected:.1f} s")
         if pays_back(rest_seconds, expected):
@@ -175,8 +179,9 @@ class AutoCompile:
     def finish(self) -> None:
         """After the run: record this compile's time for the next estimate."""
         seconds = getattr(self.potential, "compile_seconds", 0.0)
-        if self._key is not None and self.potential.compile and seconds > 0:
+        if self._key is not None and self.potential.compile and seconds > 0 and self._key not in _COMPILED_HERE:
             self.record.put(self._key, seconds)
+            _COMPILED_HERE.add(self._key)
 
     def note(self) -> str:
         return self.decision or f"auto: eager (the run ended before the decision at iteration {self.decide_at})"

@@ -151,3 +151,19 @@ def test_a_failed_compile_goes_on_eagerly(monkeypatch):
         r = run("cosine_mlp", "cosine", engine="fixed_hmc", num_samples=20, warmup_steps=0, num_chains=2,
                 num_steps=3, progress=False)
     assert r.sample_stats["lp"].shape == (2, 20)
+
+
+def test_a_graph_compiled_in_this_process_is_free_and_not_recorded(monkeypatch):
+    monkeypatch.setattr(compilation, "compiler_available", lambda: True)
+    clock = Clock()
+    monkeypatch.setattr(compilation.time, "perf_counter", clock)
+    potential = cosine_potential()
+    key = compilation.signature(potential, torch.zeros(4, potential.dim))
+    CompileRecord().put(key, 20.0)
+    monkeypatch.setattr(compilation, "_COMPILED_HERE", {key})
+    policy = AutoCompile(potential, total_iterations=100, decide_at=20)
+    drive(policy, clock, 20, 1e-4, steps=100)  # 0.8 s left eagerly: pays only a free compile
+    assert potential.compile and "compile expected 0.0 s" in policy.note()
+    potential.compile_seconds = 0.001  # the reused graph's "compile"
+    policy.finish()
+    assert CompileRecord().get(key) == 20.0  # the first compile's time stays the estimate
