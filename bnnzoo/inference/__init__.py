@@ -14,7 +14,7 @@ from .adaptation import DualAveraging
 from .engines import ENGINES, Engine, check_run, run
 from .group_em import GroupSparseOptions, GroupSparseSGHMCOptimizer
 from .kernels import (
-    HMC, NUTS, SGHMC, SGHMCSA, SGLD, SGLDSA, ChEESHMC, FixedStepHMC, FlatKernel, GroupSparseSGHMC, ProximalHMC,
+    HMC, NUTS, SGHMC, SGHMCSA, SGLD, SGLDSA, BatchedNUTS, ChEESHMC, FixedStepHMC, FlatKernel, GroupSparseSGHMC, ProximalHMC,
     RandomWalkMH,
 )
 from .mcmc import MCMC
@@ -23,7 +23,7 @@ from .tuning import TargetAccept, recommend_target_accept
 from .vi import AdaBound, AMSBound, MeanFieldGuide, PyroAdaBound, PyroAMSBound, VIFit, VIOptions, fit_mean_field, kl_weights
 
 __all__ = [
-    "BNNPotential", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FixedStepHMC", "FlatKernel",
+    "BNNPotential", "BatchedNUTS", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FixedStepHMC", "FlatKernel",
     "FlatPotential", "HMC", "MCMC",
     "NUTS", "ProximalHMC", "PyroPotential", "RandomWalkMH", "Run", "check_run", "make_potential", "run", "split_mcmc",
     "AdaBound", "AMSBound", "PyroAdaBound", "PyroAMSBound", "MeanFieldGuide", "VIFit", "VIOptions",

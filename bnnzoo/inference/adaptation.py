@@ -21,7 +21,7 @@ import torch
 
 from .integrators import velocity
 
-__all__ = ["DualAveraging", "PooledVariance", "ScalarAdam", "chees_gradient", "find_step_size", "halton",
+__all__ = ["ChainVariance", "DualAveraging", "PooledVariance", "ScalarAdam", "chees_gradient", "find_step_size", "halton",
            "harmonic_mean_acceptance", "mass_windows"]
 
 Tensor = torch.Tensor
@@ -113,6 +113,30 @@ class PooledVariance:
 
     def variance(self) -> Tensor:
         """Sample variance shrunk toward 1e-3 as in Stan: ``n/(n+5) var + 1e-3 * 5/(n+5)``."""
+        var = self.m2 / max(self.n - 1, 1)
+        return self.n / (self.n + 5.0) * var + 1e-3 * 5.0 / (self.n + 5.0)
+
+
+class ChainVariance:
+    """Per-coordinate variance of each chain's positions over steps (Welford, in float64):
+    ``update`` takes ``[C, D]``, ``variance`` gives ``[C, D]`` with Stan's shrinkage (as
+    :class:`PooledVariance`, without pooling: chains in different regions keep their own scale)."""
+
+    def __init__(self):
+        self.n, self.mean, self.m2 = 0, None, None
+
+    def update(self, theta: Tensor) -> None:
+        x = theta.detach().double()
+        self.n += 1
+        if self.n == 1:
+            self.mean, self.m2 = x.clone(), torch.zeros_like(x)
+            return
+        delta = x - self.mean
+        self.mean = self.mean + delta / self.n
+        self.m2 = self.m2 + delta * (x - self.mean)
+
+    def variance(self) -> Tensor:
+        """Each chain's sample variance shrunk toward 1e-3 as in Stan (:meth:`PooledVariance.variance`)."""
         var = self.m2 / max(self.n - 1, 1)
         return self.n / (self.n + 5.0) * var + 1e-3 * 5.0 / (self.n + 5.0)
 

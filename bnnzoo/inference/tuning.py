@@ -12,7 +12,8 @@ then peaks at a lower acceptance :math:`a`:
   (Beskos et al. 2013); 0.45 on a piecewise-linear one, the maximiser of
   :math:`a\,\Phi^{-1}(1 - a/2)`, with the step size scaling as :math:`d^{-1/2}`
   instead of :math:`d^{-1/4}` (paper 003, Prop. 3.5);
-* Pyro's adaptation (engines ``nuts``, ``hmc``): 0.8 on a smooth network, Pyro's
+* Pyro's adaptation (engines ``nuts``, ``hmc``, and ``batched_nuts``, which adapts the same
+  NUTS statistic): 0.8 on a smooth network, Pyro's
   and Stan's default and the optimum of Betancourt et al.'s (2014) upper bound on
   the cost for a second-order energy error; 0.715 on a piecewise-linear one, the
   same upper-bound optimum for a first-order error (paper 003, App. A.5, Fig. 5).
@@ -38,8 +39,9 @@ __all__ = ["PIECEWISE_LINEAR", "TARGETS", "TargetAccept", "kinks", "recommend_ta
 
 #: activations whose derivative jumps (at 0): the network is piecewise smooth
 PIECEWISE_LINEAR = ("relu", "leaky_relu")
-#: engines that adapt toward Pyro's convention; every other HMC-family engine is fixed-length
-PYRO_ENGINES = ("nuts", "hmc")
+#: engines that adapt toward Pyro's convention (bnnzoo's batched NUTS adapts the same statistic);
+#: every other HMC-family engine is fixed-length
+PYRO_ENGINES = ("nuts", "hmc", "batched_nuts")
 FIXED_LENGTH_ENGINES = ("chees", "proximal_hmc", "fixed_hmc")
 #: (family, smooth) -> target acceptance
 TARGETS = {("fixed_length", True): 0.651, ("fixed_length", False): 0.45,

@@ -17,7 +17,7 @@ from pyro.infer import MCMC as PyroMCMC
 from pyro.infer import Predictive
 
 from bnnzoo.diagnostics import to_inference_data
-from bnnzoo.inference import (MCMC, SGHMC, SGHMCSA, SGLD, SGLDSA, ChEESHMC, FixedStepHMC, GroupSparseSGHMC, ProximalHMC,
+from bnnzoo.inference import (MCMC, SGHMC, SGHMCSA, SGLD, SGLDSA, BatchedNUTS, ChEESHMC, FixedStepHMC, GroupSparseSGHMC, ProximalHMC,
                               RandomWalkMH)
 from bnnzoo.models import BNN, GroupSpikeAndSlab, SpikeAndSlab, zoo
 from bnnzoo.results import split_mcmc
@@ -59,11 +59,12 @@ KERNELS = {
     "rwmh": (RandomWalkMH, {"scale": 0.3}),
     "fixed_hmc": (FixedStepHMC, {"step_size": 0.05, "num_steps": 5}),
     "chees": (ChEESHMC, {"max_leapfrog_steps": 10}),
+    "batched_nuts": (BatchedNUTS, {"max_tree_depth": 4}),
     "proximal_hmc": (ProximalHMC, {"num_steps": 5}),
     "sgld": (SGLD, {"step_size": 1e-3}),
     "sghmc": (SGHMC, {"step_size": 1e-3}),
 }
-HMC_FAMILY = ("fixed_hmc", "chees", "proximal_hmc")
+HMC_FAMILY = ("fixed_hmc", "chees", "proximal_hmc", "batched_nuts")
 CONFIGS = {"pyro-1": (PyroMCMC, 1, None), "pyro-2": (PyroMCMC, 2, None), "vectorized-4": (MCMC, 4, "vectorized")}
 DRAWS = 12
 

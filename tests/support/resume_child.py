@@ -25,6 +25,7 @@ ENGINES = {
     "hmc": ({"num_steps": 3}, 2),
     "rwmh": ({}, 1),
     "chees": ({}, 1),
+    "batched_nuts": ({"max_tree_depth": 3}, 1),
     "fixed_hmc": ({}, 1),
     "proximal_hmc": ({}, 1),
     "sgld": ({"step_size": 1e-4}, 1),

@@ -16,6 +16,7 @@ from ...results import Draws
 from ..kernels.chees import ChEESHMC
 from ..kernels.group_sparse import GroupSparseSGHMC
 from ..kernels.hmc import FixedStepHMC
+from ..kernels.nuts import BatchedNUTS
 from ..kernels.proximal_hmc import ProximalHMC
 from ..kernels.pyro_hmc import HMC, NUTS
 from ..kernels.rwmh import RandomWalkMH
@@ -138,6 +139,8 @@ register("hmc", HMC.Options, run_pyro_hmc, "Pyro's Hamiltonian Monte Carlo with 
 _kernel("rwmh", RandomWalkMH, "Random-walk Metropolis with its scale adapted toward acceptance 0.234")
 _kernel("chees", ChEESHMC, "ChEES-HMC: all chains as one batch, jittered trajectory length adapted across "
         "chains", driver=("compile",))
+_kernel("batched_nuts", BatchedNUTS, "NUTS for all chains as one batch: the chains' trees built in lockstep, "
+        "one batched gradient per leapfrog step")
 _kernel("fixed_hmc", FixedStepHMC, "HMC with a fixed step size and number of leapfrog steps, no adaptation; "
         "all chains as one batch", driver=("compile",))
 _kernel("proximal_hmc", ProximalHMC, "Proximal HMC for L1 / Laplace priors: proximal leapfrog force, exact "

@@ -4,6 +4,7 @@ from .base import BaseOptions, FlatKernel, metropolis_accept
 from .chees import ChEESHMC, ChEESOptions
 from .group_sparse import GroupSparseSGHMC, GroupSparseSGHMCOptions
 from .hmc import AdaptiveHMC, FixedStepHMC, HMCOptions, WarmupOptions
+from .nuts import BatchedNUTS, BatchedNUTSOptions
 from .proximal_hmc import ProximalHMC, ProximalOptions
 from .pyro_hmc import HMC, NUTS, NUTSOptions
 from .rwmh import RandomWalkMH, RWMHOptions
@@ -12,7 +13,7 @@ from .sgld import SGLD
 from .sgmcmc import SGLDOptions, SGMCMCKernel, SGMCMCOptions
 from .spike_slab_sa import SGHMCSA, SGHMCSAOptions, SGLDSA, SGLDSAOptions
 
-__all__ = ["AdaptiveHMC", "BaseOptions", "ChEESHMC", "ChEESOptions", "FixedStepHMC", "FlatKernel",
+__all__ = ["AdaptiveHMC", "BaseOptions", "BatchedNUTS", "BatchedNUTSOptions", "ChEESHMC", "ChEESOptions", "FixedStepHMC", "FlatKernel",
            "GroupSparseSGHMC", "GroupSparseSGHMCOptions", "HMC", "HMCOptions", "NUTS", "NUTSOptions",
            "ProximalHMC", "ProximalOptions", "RWMHOptions", "RandomWalkMH", "SGHMC", "SGHMCOptions", "SGHMCSA",
            "SGHMCSAOptions", "SGLD", "SGLDOptions", "SGLDSA", "SGLDSAOptions", "SGMCMCKernel", "SGMCMCOptions",

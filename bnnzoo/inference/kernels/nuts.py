@@ -1,0 +1,306 @@
+r"""The No-U-Turn sampler for C chains as one batch: the chains' trees are built in lockstep.
+
+Pyro's :class:`~pyro.infer.mcmc.NUTS` builds one chain's tree in Python, site by site, and
+pays about a millisecond of bookkeeping per leapfrog step whatever the network costs.
+:class:`BatchedNUTS` runs the same algorithm (multinomial sampling, the generalized
+no-U-turn criterion with the checks across sub-trees; Betancourt 2017, as in Stan) on the
+``[C, D]`` layout of the other bnnzoo kernels: every doubling extends all C trees by
+:math:`2^j` leapfrog steps as one batched gradient, each chain in its own random direction.
+A chain whose tree has stopped (a U-turn, a divergence) is masked and its draw is kept;
+the batch stops when every chain has stopped, so one transition costs the longest tree's
+gradients (a half sub-tree that no chain needs is not built).
+
+Warm-up adapts each chain on its own, as Stan, Pyro and NumPyro do: a step-size search,
+dual averaging of the chain's NUTS acceptance statistic (the mean over the tree's states of
+:math:`\min(1, e^{H_0 - H})`) toward ``target_accept`` (0.8 on a smooth network, 0.715 on a
+ReLU-family one, as Pyro's NUTS), and a diagonal mass matrix from the chain's own variance
+over Stan's windows. Pooling the variance over chains (what ChEES does) is wrong here: chains
+in different modes of a network's posterior inflate it, and on the demo's network the
+pooled step size came out 5x smaller than each chain's own. The rules are in
+``docs/algorithms.md`` ("Batched NUTS").
+
+Hoffman and Gelman (2014), "The No-U-Turn sampler", JMLR; Betancourt (2017), "A conceptual
+introduction to Hamiltonian Monte Carlo", appendix A.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from ..adaptation import ChainVariance, DualAveraging, PooledVariance, find_step_size, mass_windows
+from ..integrators import kinetic_energy, leapfrog_step
+from ..options import flag, integer, option, positive
+from ..tuning import resolve_target_accept
+from .hmc import MAX_ENERGY_ERROR, FixedStepHMC, WarmupOptions
+
+__all__ = ["BatchedNUTS", "BatchedNUTSOptions"]
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class BatchedNUTSOptions(WarmupOptions):
+    """Options of :class:`BatchedNUTS`."""
+
+    step_size: float = option(0.1, "initial leapfrog step size (refined by a search before warm-up)", positive)
+    max_tree_depth: int = option(10, "cap on tree doublings (at most 2^depth - 1 leapfrog steps per draw)",
+                                 integer(1))
+    pool_chains: bool = option(False, "warm-up pooled over chains: one step size (on the chains' mean "
+                               "acceptance) and one mass matrix (their pooled variance), as ChEES", flag)
+
+
+class _Tree(NamedTuple):
+    """C trees (or sub-trees) of the same depth, one per chain, as ``[C]``/``[C, D]`` tensors.
+
+    ``theta``, ``p``, ``grad``: the last state in the direction of building (where a longer tree
+    goes on); ``p_begin``/``p_end``: the momenta of the first and last state in that order;
+    ``rho``: the sum of the momenta; ``log_weight``: :math:`\\log \\sum e^{H_0 - H}` over the
+    states; ``proposal``: ``(theta, value, grad, error)`` of the state sampled from the tree
+    (``error`` its :math:`H - H_0`); ``valid``: no U-turn inside and no divergence;
+    ``accept_sum``, ``steps``: the acceptance statistic's sum and the leapfrog steps;
+    ``max_error``: the largest :math:`|H - H_0|`."""
+
+    theta: Tensor
+    p: Tensor
+    grad: Tensor
+    p_begin: Tensor
+    p_end: Tensor
+    rho: Tensor
+    log_weight: Tensor
+    proposal: tuple[Tensor, Tensor, Tensor, Tensor]
+    valid: Tensor
+    diverging: Tensor
+    accept_sum: Tensor
+    steps: Tensor
+    max_error: Tensor
+
+
+def _where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """``a`` where ``mask [C]`` else ``b``, for ``[C]`` and ``[C, D]`` tensors."""
+    return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
+
+
+class BatchedNUTS(FixedStepHMC):
+    r"""The No-U-Turn sampler for C chains advanced as one batch (module docstring).
+
+    One transition: :math:`p \sim N(0, M)` per chain; then for depth :math:`j = 0, 1, \dots`
+    up to ``max_tree_depth - 1`` every chain that has not stopped doubles its tree by
+    :math:`2^j` leapfrog steps in a random direction; a new sub-tree's state replaces the
+    chain's candidate with probability :math:`\min(1, w_{new}/w_{old})` (biased progressive
+    sampling; uniform within sub-trees), with :math:`w = \sum e^{H_0 - H}`. A chain stops
+    at a U-turn (:math:`p^\sharp \cdot \rho \le 0` at either end, over the whole tree and
+    across its two halves), at a divergence (:math:`H - H_0 > 1000` or not finite: counted,
+    and that sub-tree's states are not used), or at the cap.
+
+    Options: :class:`BatchedNUTSOptions`. Per-draw statistics: those of
+    :class:`~.hmc.FixedStepHMC` (``acceptance_rate`` is the NUTS statistic, the mean of
+    :math:`\min(1, e^{H_0 - H})` over the tree's states; ``n_steps`` per chain) and
+    ``tree_depth`` (doublings) and ``reached_max_tree_depth`` (stopped at the cap, not at a
+    U-turn).
+
+    Examples
+    --------
+    >>> from bnnzoo.inference import MCMC
+    >>> mcmc = MCMC(BatchedNUTS(model, num_chains=4), num_samples=500, warmup_steps=500)
+    >>> mcmc.run(x, y)
+
+    **References**
+
+    * Hoffman, M. D. and Gelman, A. (2014). The No-U-Turn sampler. JMLR 15.
+    * Betancourt, M. (2017). A conceptual introduction to Hamiltonian Monte Carlo. arXiv:1701.02434.
+    """
+
+    Options = BatchedNUTSOptions
+    stat_names = FixedStepHMC.stat_names + ("tree_depth", "reached_max_tree_depth")
+
+    @property
+    def target_accept(self) -> float:
+        """``options.target_accept``, or the value recommended for the model's smoothness when it is None."""
+        model = self.model if self.model is not None else self.potential
+        return float(resolve_target_accept(self.options.target_accept, model, "batched_nuts"))
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.chain_step_size: Tensor | None = None  # [C]
+        self._adapters: list[DualAveraging] = []
+        self._windows: list[tuple[int, int]] = []
+        self._variance = self._new_variance()
+
+    def _new_variance(self):
+        return PooledVariance() if self.options.pool_chains else ChainVariance()
+
+    def prepare(self, theta: Tensor) -> None:
+        self.inv_mass = torch.ones_like(theta)  # [C, D]: one diagonal mass per chain
+        self.chain_step_size = torch.full_like(theta[:, 0], self.options.step_size)
+        warming = self._warmup_steps > 0
+        if self.options.adapt_step_size and warming:
+            self.chain_step_size = self.find_step_sizes(theta)
+            if self.options.pool_chains:
+                self.chain_step_size = self.chain_step_size.median().expand_as(self.chain_step_size).clone()
+        first = self.chain_step_size.tolist()[:1 if self.options.pool_chains else None]
+        self._adapters = [DualAveraging(s, self.target_accept) for s in first]
+        self.step_size = float(self.chain_step_size.median())
+        if self.options.adapt_mass_matrix and warming:
+            self._windows = mass_windows(self._warmup_steps)
+
+    def step_sizes(self, theta: Tensor) -> Tensor:
+        return self.chain_step_size.unsqueeze(-1)
+
+    def find_step_sizes(self, theta: Tensor) -> Tensor:
+        """Each chain's :func:`~bnnzoo.inference.adaptation.find_step_size` on the acceptance of
+        one leapfrog step from its point (the other chains keep theirs meanwhile)."""
+        steps = self.chain_step_size.clone()
+        for c in range(theta.shape[0]):
+            def one_step(step_size: float, c=c) -> float:
+                self.chain_step_size = steps.clone()
+                self.chain_step_size[c] = step_size
+                tr = self.propose(theta, 1)
+                return float(torch.where(tr.finite[c], (-tr.error[c]).clamp(max=0.0).exp(), 0.0))
+
+            steps[c] = find_step_size(float(steps[c]), one_step)
+        return steps
+
+    # ------------------------------------------------------------ the tree
+    def _criterion(self, p_a: Tensor, p_b: Tensor, rho: Tensor) -> Tensor:
+        r"""No U-turn between two states with momenta ``p_a``, ``p_b`` and momentum sum ``rho``:
+        :math:`M^{-1}p_a \cdot \rho > 0` and :math:`M^{-1}p_b \cdot \rho > 0`, per chain."""
+        rho_sharp = rho * self.inv_mass
+        return ((p_a * rho_sharp).sum(-1) > 0) & ((p_b * rho_sharp).sum(-1) > 0)
+
+    def _leaf(self, theta: Tensor, p: Tensor, grad: Tensor, step: Tensor, energy: Tensor) -> _Tree:
+        """One leapfrog step of signed size ``step [C, 1]`` from each chain's edge."""
+        theta, p, value, grad = self._step(theta, p, grad, step, self.inv_mass)
+        error = value + kinetic_energy(p, self.inv_mass) - energy
+        error = torch.where(torch.isfinite(error), error, torch.full_like(error, math.inf))
+        diverging = error > MAX_ENERGY_ERROR
+        return _Tree(theta, p, grad, p, p, p, -error, (theta, value, grad, error), ~diverging, diverging,
+                     (-error).clamp(max=0.0).exp(), torch.ones_like(error), error.abs())
+
+    def _build(self, theta: Tensor, p: Tensor, grad: Tensor, step: Tensor, depth: int, energy: Tensor,
+               alive: Tensor) -> _Tree:
+        """A sub-tree of ``2**depth`` leapfrog steps from each chain's edge ``(theta, p, grad)``.
+        ``alive``: the chains that use it (only for skipping a second half no chain needs)."""
+        if depth == 0:
+            return self._leaf(theta, p, grad, step, energy)
+        first = self._build(theta, p, grad, step, depth - 1, energy, alive)
+        go_on = alive & first.valid
+        if depth >= 2 and not bool(go_on.any()):  # one host read per large node; no chain needs the rest
+            return first
+        second = self._build(first.theta, first.p, first.grad, step, depth - 1, energy, go_on)
+        log_weight = torch.logaddexp(first.log_weight, second.log_weight)
+        u = torch.rand_like(log_weight)
+        take = u.log() < second.log_weight - log_weight  # uniform sampling within the sub-tree
+        proposal = tuple(_where(take, b, a) for a, b in zip(first.proposal, second.proposal))
+        rho = first.rho + second.rho
+        valid = (first.valid & second.valid & self._criterion(first.p_begin, second.p_end, rho)
+                 & self._criterion(first.p_begin, second.p_begin, first.rho + second.p_begin)
+                 & self._criterion(first.p_end, second.p_end, second.rho + first.p_end))
+        zero = torch.zeros_like(log_weight)
+        return _Tree(second.theta, second.p, second.grad, first.p_begin, second.p_end, rho, log_weight, proposal,
+                     valid, first.diverging | (go_on & second.diverging),
+                     first.accept_sum + torch.where(go_on, second.accept_sum, zero),
+                     first.steps + torch.where(go_on, second.steps, zero),
+                     torch.where(go_on, torch.maximum(first.max_error, second.max_error), first.max_error))
+
+    # ------------------------------------------------------------ sampling
+    def transition(self, theta):
+        step_fn = self.leapfrog_step_fn()
+        self._step = step_fn if step_fn is not None else (
+            lambda t, p, g, s, m: leapfrog_step(t, p, g, s, m, self.evaluate))
+        value, grad = self.current(theta)
+        p = self.momentum(theta)
+        energy = value + kinetic_energy(p, self.inv_mass)
+        chains = theta.shape[0]
+        zero = torch.zeros_like(energy)
+        left = right = (theta, p, grad)
+        rho, log_weight = p, zero
+        proposal = (theta, value, grad, zero)
+        alive = torch.ones_like(energy, dtype=torch.bool)
+        accept_sum, steps, max_error = zero, zero, zero
+        diverging = torch.zeros_like(alive)
+        depth = torch.zeros(chains, dtype=torch.long, device=theta.device)
+        step_size = self.chain_step_size
+        for j in range(self.options.max_tree_depth):
+            forward = torch.rand_like(energy) < 0.5
+            start = tuple(_where(forward, r, l) for r, l in zip(right, left))
+            step = ((forward.to(energy.dtype) * 2 - 1) * step_size).unsqueeze(-1)
+            sub = self._build(*start, step, j, energy, alive)
+            accept_sum = accept_sum + torch.where(alive, sub.accept_sum, zero)
+            steps = steps + torch.where(alive, sub.steps, zero)
+            max_error = torch.where(alive, torch.maximum(max_error, sub.max_error), max_error)
+            diverging = diverging | (alive & sub.diverging)
+            depth = torch.where(alive, j + 1, depth)
+            grows = alive & sub.valid
+            take = grows & (torch.rand_like(energy).log() < sub.log_weight - log_weight)
+            proposal = tuple(_where(take, b, a) for a, b in zip(proposal, sub.proposal))
+            log_weight = torch.where(grows, torch.logaddexp(log_weight, sub.log_weight), log_weight)
+            # the old tree's end far from the new sub-tree and its end next to it
+            far = _where(forward, left[1], right[1])
+            near = _where(forward, right[1], left[1])
+            total = rho + sub.rho
+            left_p = _where(forward, left[1], sub.p_end)
+            right_p = _where(forward, sub.p_end, right[1])
+            no_turn = (self._criterion(left_p, right_p, total)
+                       & self._criterion(far, sub.p_begin, rho + sub.p_begin)
+                       & self._criterion(near, sub.p_end, sub.rho + near))
+            edge = (sub.theta, sub.p, sub.grad)
+            right = tuple(_where(grows & forward, e, r) for e, r in zip(edge, right))
+            left = tuple(_where(grows & ~forward, e, l) for e, l in zip(edge, left))
+            rho = _where(grows, total, rho)
+            alive = grows & no_turn
+            if not bool(alive.any()):  # one host read per doubling
+                break
+        theta_out, value_out, grad_out, error = proposal
+        self._remember_force(theta_out, value_out, grad_out)
+        prob = accept_sum / steps.clamp(min=1.0)
+        stats = {"acceptance_rate": prob, "diverging": diverging, "energy": energy + error,
+                 "energy_error": error, "max_energy_error": max_error, "step_size": step_size,
+                 "n_steps": steps.to(torch.long), "tree_depth": depth, "reached_max_tree_depth": alive,
+                 "lp": -value_out}
+        if self.in_warmup:
+            self.adapt(prob, theta_out)
+        return theta_out, stats
+
+    # ------------------------------------------------------------ warm-up
+    def adapt(self, prob: Tensor, theta: Tensor) -> None:
+        """Each chain's dual averaging on its acceptance statistic (one host read of ``[C]``
+        numbers per transition), its variance over Stan's windows, and at the last warm-up
+        step the step sizes frozen at their averaged iterates."""
+        if self.options.adapt_step_size:
+            probs = [float(prob.double().mean())] if self.options.pool_chains else prob.tolist()
+            self._set_steps([a.update(q) for a, q in zip(self._adapters, probs)])
+        t = self._t
+        for start, end in self._windows:
+            if start + (end - start) // 2 <= t < end:
+                self._variance.update(theta)
+            if t == end - 1:
+                self._update_mass()
+        if t == self._warmup_steps - 1 and self.options.adapt_step_size:
+            self._set_steps([a.final_step_size for a in self._adapters])
+
+    def _set_steps(self, steps: list[float]) -> None:
+        steps = torch.tensor(steps, dtype=self.chain_step_size.dtype, device=self.chain_step_size.device)
+        self.chain_step_size = steps.expand_as(self.chain_step_size).clone()
+        self.step_size = float(self.chain_step_size.median())
+
+    def _update_mass(self) -> None:
+        """Each chain's variance becomes its :math:`M^{-1}` (a chain whose estimate is not finite and
+        positive keeps its mass); dual averaging goes on, only its average restarts (as in
+        :class:`~.hmc.AdaptiveHMC`)."""
+        inv_mass = self._variance.variance().to(self.inv_mass.dtype)
+        self._variance = self._new_variance()
+        inv_mass = inv_mass.expand_as(self.inv_mass)
+        ok = (torch.isfinite(inv_mass) & (inv_mass > 0)).all(-1, keepdim=True)
+        self.inv_mass = torch.where(ok, inv_mass, self.inv_mass)
+        for adapter in self._adapters:
+            adapter.restart_average()
+
+    def diagnostics(self) -> dict:
+        diag = super().diagnostics()
+        diag["step_size"] = None if self.chain_step_size is None else self.chain_step_size.cpu().numpy()
+        diag["inverse_mass_matrix"] = None if self.inv_mass is None else self.inv_mass.cpu().numpy()
+        return diag
