@@ -39,14 +39,15 @@ def test_tree_statistics_are_consistent():
     assert np.isfinite(stats["energy"]).all()
 
 
-def test_each_chain_adapts_its_own_step_size_unless_pooled():
+def test_pooled_warmup_by_default_and_each_chain_its_own_on_request():
     target = gaussian_target(MEAN, COV)
-    per_chain, _ = run_kernel(BatchedNUTS, target, num_chains=4, num_samples=5, warmup_steps=400, seed=1)
-    pooled, _ = run_kernel(BatchedNUTS, target, num_chains=4, num_samples=5, warmup_steps=400, seed=1,
-                           pool_chains=True)
+    per_chain, _ = run_kernel(BatchedNUTS, target, num_chains=4, num_samples=5, warmup_steps=400, seed=1,
+                              pool_chains=False)
+    pooled, _ = run_kernel(BatchedNUTS, target, num_chains=4, num_samples=5, warmup_steps=400, seed=1)
     steps = per_chain.diagnostics()["step_size"]
     assert len(set(np.round(steps, 12))) == 4, steps
     assert len(set(np.round(pooled.diagnostics()["step_size"], 12))) == 1
+    assert len({tuple(row) for row in np.round(pooled.diagnostics()["inverse_mass_matrix"], 12)}) == 1
     # each chain's own mass from the last window's 100 draws (effective draws about 50: a relative
     # sd of the variance estimate of about 0.2): within a factor 2 of the target's variances
     inv_mass = per_chain.diagnostics()["inverse_mass_matrix"]
