@@ -58,7 +58,7 @@ class _Tree(NamedTuple):
     ``theta``, ``p``, ``grad``: the last state in the direction of building (where a longer tree
     goes on); ``p_begin``/``p_end``: the momenta of the first and last state in that order;
     ``rho``: the sum of the momenta; ``log_weight``: :math:`\\log \\sum e^{H_0 - H}` over the
-    states; ``proposal``: ``(theta, value, grad, error)`` of the state sampled from the tree
+    states; ``proposal``: ``(theta, value, error)`` of the state sampled from the tree
     (``error`` its :math:`H - H_0`); ``valid``: no U-turn inside and no divergence;
     ``accept_sum``, ``steps``: the acceptance statistic's sum and the leapfrog steps;
     ``max_error``: the largest :math:`|H - H_0|`."""
@@ -70,12 +70,17 @@ class _Tree(NamedTuple):
     p_end: Tensor
     rho: Tensor
     log_weight: Tensor
-    proposal: tuple[Tensor, Tensor, Tensor, Tensor]
+    proposal: tuple[Tensor, Tensor, Tensor]
     valid: Tensor
     diverging: Tensor
     accept_sum: Tensor
     steps: Tensor
     max_error: Tensor
+
+
+#: the most elements of the ``[2**depth, C, D]`` states a sub-tree keeps for :meth:`BatchedNUTS._block`
+#: (two such tensors: 2 x 64 MB in float32); a larger sub-tree is built recursively
+BLOCK_ELEMENTS = 2 ** 24
 
 
 def _where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
@@ -176,8 +181,60 @@ class BatchedNUTS(FixedStepHMC):
         error = value + kinetic_energy(p, self.inv_mass) - energy
         error = torch.where(torch.isfinite(error), error, torch.full_like(error, math.inf))
         diverging = error > MAX_ENERGY_ERROR
-        return _Tree(theta, p, grad, p, p, p, -error, (theta, value, grad, error), ~diverging, diverging,
+        return _Tree(theta, p, grad, p, p, p, -error, (theta, value, error), ~diverging, diverging,
                      (-error).clamp(max=0.0).exp(), torch.ones_like(error), error.abs())
+
+    def _subtree(self, theta: Tensor, p: Tensor, grad: Tensor, step: Tensor, depth: int, energy: Tensor,
+                 alive: Tensor) -> _Tree:
+        """A sub-tree of ``2**depth`` steps: :meth:`_block` when its states fit in
+        :data:`BLOCK_ELEMENTS`, else :meth:`_build`."""
+        if (2 ** depth) * theta.numel() <= BLOCK_ELEMENTS:
+            return self._block(theta, p, grad, step, depth, energy)
+        return self._build(theta, p, grad, step, depth, energy, alive)
+
+    def _block(self, theta: Tensor, p: Tensor, grad: Tensor, step: Tensor, depth: int, energy: Tensor) -> _Tree:
+        """The same sub-tree as :meth:`_build`, computed in two passes: the ``2**depth`` leapfrog
+        steps one after another (kept as ``[L, C, D]``), then the tree over them level by level,
+        all nodes of a level at once (a few tensor operations per level instead of per node).
+        Which leaves the recursive build would have computed (a second half is built only after a
+        valid first half) is found top-down, so the statistics are the same."""
+        n = 2 ** depth
+        thetas, ps, values = [], [], []
+        for _ in range(n):
+            theta, p, value, grad = self._step(theta, p, grad, step, self.inv_mass)
+            thetas.append(theta), ps.append(p), values.append(value)
+        leaf_theta, leaf_p, value = torch.stack(thetas), torch.stack(ps), torch.stack(values)
+        error = value + kinetic_energy(leaf_p, self.inv_mass) - energy
+        error = torch.where(torch.isfinite(error), error, torch.full_like(error, math.inf))
+        leaf_diverging = error > MAX_ENERGY_ERROR
+        # bottom-up: nodes of one level as [nodes, C] / [nodes, C, D]
+        valid, log_weight = ~leaf_diverging, -error
+        pick = torch.arange(n, device=theta.device).unsqueeze(-1).expand_as(error)
+        rho, p_begin, p_end = leaf_p, leaf_p, leaf_p
+        first_valid = []
+        for _ in range(depth):
+            v1, v2 = valid[0::2], valid[1::2]
+            w1, w2 = log_weight[0::2], log_weight[1::2]
+            r1, r2 = rho[0::2], rho[1::2]
+            b1, b2, e1, e2 = p_begin[0::2], p_begin[1::2], p_end[0::2], p_end[1::2]
+            log_weight = torch.logaddexp(w1, w2)
+            take = torch.rand_like(log_weight).log() < w2 - log_weight
+            pick = torch.where(take, pick[1::2], pick[0::2])
+            rho = r1 + r2
+            valid = (v1 & v2 & self._criterion(b1, e2, rho) & self._criterion(b1, b2, r1 + b2)
+                     & self._criterion(e1, e2, r2 + e1))
+            p_begin, p_end = b1, e2
+            first_valid.append(v1)
+        # top-down: a node's second half is built only where its first half is valid
+        built = torch.ones_like(valid)
+        for v1 in reversed(first_valid):
+            built = torch.stack((built, built & v1), 1).flatten(0, 1)
+        zero = torch.zeros_like(error)
+        index = pick[0].view(1, -1, 1).expand(1, *leaf_theta.shape[1:])
+        proposal = (leaf_theta.gather(0, index)[0], value.gather(0, pick[:1])[0], error.gather(0, pick[:1])[0])
+        return _Tree(theta, p, grad, p_begin[0], p_end[0], rho[0], log_weight[0], proposal, valid[0],
+                     (leaf_diverging & built).any(0), torch.where(built, (-error).clamp(max=0.0).exp(), zero).sum(0),
+                     built.to(error.dtype).sum(0), torch.where(built, error.abs(), zero).amax(0))
 
     def _build(self, theta: Tensor, p: Tensor, grad: Tensor, step: Tensor, depth: int, energy: Tensor,
                alive: Tensor) -> _Tree:
@@ -217,7 +274,7 @@ class BatchedNUTS(FixedStepHMC):
         zero = torch.zeros_like(energy)
         left = right = (theta, p, grad)
         rho, log_weight = p, zero
-        proposal = (theta, value, grad, zero)
+        proposal = (theta, value, zero)
         alive = torch.ones_like(energy, dtype=torch.bool)
         accept_sum, steps, max_error = zero, zero, zero
         diverging = torch.zeros_like(alive)
@@ -227,7 +284,7 @@ class BatchedNUTS(FixedStepHMC):
             forward = torch.rand_like(energy) < 0.5
             start = tuple(_where(forward, r, l) for r, l in zip(right, left))
             step = ((forward.to(energy.dtype) * 2 - 1) * step_size).unsqueeze(-1)
-            sub = self._build(*start, step, j, energy, alive)
+            sub = self._subtree(*start, step, j, energy, alive)
             accept_sum = accept_sum + torch.where(alive, sub.accept_sum, zero)
             steps = steps + torch.where(alive, sub.steps, zero)
             max_error = torch.where(alive, torch.maximum(max_error, sub.max_error), max_error)
@@ -253,7 +310,8 @@ class BatchedNUTS(FixedStepHMC):
             alive = grows & no_turn
             if not bool(alive.any()):  # one host read per doubling
                 break
-        theta_out, value_out, grad_out, error = proposal
+        theta_out, value_out, error = proposal
+        value_out, grad_out = self.evaluate(theta_out)  # one gradient per draw: cheaper than carrying them
         self._remember_force(theta_out, value_out, grad_out)
         prob = accept_sum / steps.clamp(min=1.0)
         stats = {"acceptance_rate": prob, "diverging": diverging, "energy": energy + error,
