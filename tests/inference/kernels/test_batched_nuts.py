@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from bnnzoo.inference import BatchedNUTS
+from bnnzoo.inference.kernels import nuts
 from tests.support.targets import assert_gaussian, gaussian_target, run_kernel
 
 MEAN = np.array([1.0, -2.0, 0.5])
@@ -13,14 +14,20 @@ CORR = np.array([[1.0, 0.6, 0.0], [0.6, 1.0, -0.4], [0.0, -0.4, 1.0]])
 COV = CORR * np.outer(SD, SD)
 
 
+@pytest.mark.parametrize("recursive", [False, True], ids=["two-pass", "recursive"])
 @pytest.mark.parametrize("pool_chains", [False, True], ids=["per-chain", "pooled"])
-def test_correlated_gaussian_moments(pool_chains):
+def test_correlated_gaussian_moments(pool_chains, recursive, monkeypatch):
+    if recursive:  # every sub-tree too large for the two-pass build: the recursive one
+        monkeypatch.setattr(nuts, "BLOCK_ELEMENTS", 0)
     _, draws = run_kernel(BatchedNUTS, gaussian_target(MEAN, COV), num_chains=4, num_samples=500,
                           warmup_steps=300, seed=2, pool_chains=pool_chains)
     assert_gaussian(np.asarray(draws.samples["x"]), MEAN, COV)
 
 
-def test_tree_statistics_are_consistent():
+@pytest.mark.parametrize("recursive", [False, True], ids=["two-pass", "recursive"])
+def test_tree_statistics_are_consistent(recursive, monkeypatch):
+    if recursive:
+        monkeypatch.setattr(nuts, "BLOCK_ELEMENTS", 0)
     depth_cap = 3
     kernel, draws = run_kernel(BatchedNUTS, gaussian_target(MEAN, COV), num_chains=3, num_samples=200,
                                warmup_steps=100, seed=0, max_tree_depth=depth_cap)
