@@ -29,11 +29,15 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SpikeSlabState", "delta_target", "inclusion_probability", "sa_update", "sa_weight", "sigma_root",
-           "spike_slab_force"]
+__all__ = ["SA_OFFSET_EPOCHS", "SA_OFFSET_ITERATIONS", "SpikeSlabState", "delta_target", "inclusion_probability",
+           "sa_sequence_rule", "sa_update", "sa_weight", "sigma_root", "spike_slab_force"]
 
 Tensor = torch.Tensor
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+#: ``sa_offset="auto"``: B = max(this many epochs, :data:`SA_OFFSET_ITERATIONS`) ...
+SA_OFFSET_EPOCHS = 10
+#: ... iterations: paper 001's B, the flat phase of both its SA sequences
+SA_OFFSET_ITERATIONS = 1000
 
 
 def inclusion_probability(beta: Tensor, sigma: Tensor, delta: Tensor, v0: float, v1: float) -> Tensor:
@@ -76,6 +80,26 @@ def sa_weight(k: int, scale: float = 10.0, offset: float = 1000.0, power: float 
               maximum: float = 1.0) -> float:
     r"""SA step size :math:`\omega_k = \min(\omega_0, A/(k + B)^{c})`."""
     return min(maximum, scale / (k + offset) ** power)
+
+
+def sa_sequence_rule(epoch: int, power: float, paper_scale: float, warmup: int = 0) -> dict:
+    r"""``sa_offset`` B and ``sa_scale`` A of :math:`\omega_k = \min(\omega_0, A/(k + B)^c)` from the data:
+    ``epoch`` the iterations per epoch :math:`\lceil N/n\rceil`, ``power`` c, ``paper_scale`` the engine's
+    A at paper 001's B = 1000 (10 for SGLD-SA, 1 for SGHMC-SA), ``warmup`` the warm-up iterations (0: not known).
+
+    * B = max(10 epochs, 1000 iterations), at most half the warm-up when there is one: :math:`\omega_k`
+      stays within :math:`2^{-c}` of its start for the first B iterations (the flat phase) and decays as
+      :math:`k^{-c}` after it;
+    * A = A_paper (B/1000)^c: the paper's sequence stretched in time by B/1000,
+      :math:`\omega_k = A_{\text{paper}}/(1000 + 1000k/B)^c`, so the start weight stays the paper's.
+
+    At the paper's sizes (regression N = 100, n = 50; MNIST N = 60000, n = 1000) B = 1000 and A is the
+    paper's. Derivation: ``docs/algorithms.md``, "Data-scaled defaults".
+    """
+    offset = max(SA_OFFSET_EPOCHS * int(epoch), SA_OFFSET_ITERATIONS)
+    if warmup > 0:
+        offset = max(1, min(offset, int(warmup) // 2))
+    return {"sa_offset": offset, "sa_scale": paper_scale * (offset / SA_OFFSET_ITERATIONS) ** power}
 
 
 @dataclass

@@ -153,7 +153,7 @@ class FlatKernel(MCMCKernel):
             self.potential = make_potential(self.model, *args[:2], args=args, kwargs=kwargs)
         self.transforms = self.potential.transforms
         if not self._user_initial_params:
-            theta = initial_theta(self.potential, self.num_chains, self.initial_radius())
+            theta = self.initial_point()
             self._initial_params = self.unflatten(theta)
         else:  # the user's point, where the potential computes
             self._initial_params = place(self._initial_params, **self.potential.placement)
@@ -170,6 +170,11 @@ class FlatKernel(MCMCKernel):
             if not ok:
                 raise ValueError(f"initial_params[{name!r}] has shape {got}, expected "
                                  f"{want if self.num_chains == 1 else (self.num_chains,) + want}")
+
+    def initial_point(self) -> Tensor:
+        """The ``[C, D]`` initial points when the user gives none: uniform in ``(-r, r)``, r the
+        :meth:`initial_radius`."""
+        return initial_theta(self.potential, self.num_chains, self.initial_radius())
 
     def initial_radius(self) -> float | Tensor:
         """The radius r of the initial points, uniform in ``(-r, r)``: a number, or ``[D]`` per coordinate."""

@@ -90,7 +90,7 @@ def _init_radius(name: str, value) -> None:
 @dataclass(frozen=True)
 class GroupSparseSGHMCOptions(GroupSparseOptions, SGMCMCOptions):
     """Options of :class:`GroupSparseSGHMC`: the update's and E-step's, and the SG-MCMC ones
-    with paper 004's defaults (cyclical steps from C_0^2 = 0.01, fan-in initialisation, biases 0)."""
+    with paper 004's defaults (cyclical steps, fan-in initialisation with nonnegative biases)."""
 
     step_size: float | str = option(AUTO, "C_0^2, the largest step size of the cyclical schedule; auto: "
                                     "min(0.1, 1/(4 lambda)), lambda the largest Hessian eigenvalue of the mean "
@@ -101,8 +101,8 @@ class GroupSparseSGHMCOptions(GroupSparseOptions, SGMCMCOptions):
                                      auto_or(integer(1)))
     thin: int = option(1, "cycles per draw with the cyclical schedule, else iterations per draw", integer(1))
     init_radius: float | str = option(AUTO, "initial points uniform in (-r, r); 'fan_in': r = 1/sqrt(fan_in) "
-                                      "(PyTorch's, the paper's); auto: the same for weights, biases 0",
-                                      _init_radius)
+                                      "(PyTorch's, the paper's); auto: the same for weights, biases uniform in "
+                                      "[0, r) (no unit starts dead by its bias)", _init_radius)
 
 
 # ------------------------------------------------------------ groups of a model
@@ -172,8 +172,9 @@ class GroupSparseSGHMC(SGMCMCKernel):
     ``step_size`` is :math:`C_0^2`, the largest step size of the cyclical schedule;
     ``cycle_length="auto"`` is max(50 epochs, 1000 iterations); ``thin`` counts cycles with the
     cyclical schedule; ``init_radius="auto"`` starts each layer's weights uniform in
-    :math:`\pm 1/\sqrt{\text{fan\_in}}` and its biases at 0; ``"fan_in"`` also draws the biases
-    in that range, as the paper's PyTorch networks do). The ``"auto"`` rules are in
+    :math:`\pm 1/\sqrt{\text{fan\_in}}` and its biases in :math:`[0, 1/\sqrt{\text{fan\_in}})`;
+    ``"fan_in"`` draws the biases in :math:`\pm 1/\sqrt{\text{fan\_in}}`, as the paper's PyTorch
+    networks do). The ``"auto"`` rules are in
     ``docs/algorithms.md``, "Data-scaled defaults".
 
     Examples
@@ -231,6 +232,23 @@ class GroupSparseSGHMC(SGMCMCKernel):
             if name in auto:
                 values[name] = {s.name: threshold_rules(fan_in(s))[name] for s in sites}
         return values
+
+    def initial_radius(self) -> float | Tensor:
+        """``"auto"`` and ``"fan_in"``: 1/sqrt(fan_in) for every layer's weight and bias (the biases of
+        ``"auto"`` are folded to [0, r) by :meth:`initial_point`)."""
+        if isinstance(self.options.init_radius, str):
+            return fan_in_radius(self.potential)
+        return self.init_radius
+
+    def initial_point(self) -> Tensor:
+        """``init_radius="auto"``: PyTorch's start with every bias made nonnegative, :math:`|b|`."""
+        theta = super().initial_point()
+        if self.options.init_radius == AUTO:
+            shapes = self.potential.shapes
+            for name, index in self.potential.slices.items():
+                if name.endswith(".bias") and len(shapes.get(f"{name.rsplit('.', 1)[0]}.weight", ())) > 1:
+                    theta[:, index] = theta[:, index].abs()
+        return theta
 
     def _per_site(self, name: str) -> list[float]:
         value = self.auto_values.get(name, getattr(self.options, name))

@@ -22,7 +22,9 @@ gradient by :math:`\kappa_1\beta/\sigma^2 + \kappa_0\,\mathrm{sign}(\beta)/\sigm
 (:func:`spike_slab_force`), plus the :math:`N/n`-scaled minibatch gradient of the
 negative log likelihood. The SA weight is
 :math:`\omega_k = \min(\omega_0, A/(k + B)^{c})` (:func:`sa_weight`; the paper's
-regression uses A = 10, B = 1000, c = 0.7); ``mode="em"`` sets
+regression uses A = 10, B = 1000, c = 0.7). ``sa_offset="auto"`` and ``sa_scale="auto"`` set B and A
+from the iterations per epoch and the warm-up (:func:`sa_sequence_rule`: the paper's numbers at
+its sizes; ``docs/algorithms.md``, "Data-scaled defaults"); ``mode="em"`` sets
 :math:`\omega_k = 1` (the paper's SGLD-EM baseline). At iteration k the kernel
 first adapts :math:`\theta` to the current weights :math:`\beta^{(k)}` (with
 :math:`\mathrm{RSS}` of this iteration's minibatch), then moves
@@ -75,11 +77,12 @@ from ... import validation
 from ...models.likelihoods import GaussianLikelihood
 from ...models.priors import SpikeAndSlab, spike_slab_log_density
 from ..potential import BNNPotential
-from ..stochastic_approximation import SpikeSlabState, sa_update, sa_weight, spike_slab_force
+from ..stochastic_approximation import (SA_OFFSET_ITERATIONS, SpikeSlabState, sa_sequence_rule, sa_update, sa_weight,
+                                        spike_slab_force)
 from ..options import Options, choice, flag, option, optional, positive
 from .sghmc import SGHMC, SGHMCOptions
 from .sgld import SGLD
-from .sgmcmc import SGLDOptions, minibatch_data
+from .sgmcmc import AUTO, SGLDOptions, auto_or, minibatch_data
 
 __all__ = ["SGHMCSA", "SGHMCSAOptions", "SGLDSA", "SGLDSAOptions", "SpikeSlabOptions", "log_prior_except",
            "sparse_sites"]
@@ -100,9 +103,14 @@ def _offset(name: str, value) -> None:
 class SpikeSlabOptions(Options):
     """The stochastic-approximation options of the SA kernels (mixed into their options)."""
 
+    #: A of paper 001's regression sequence at its B = 1000 (the ``sa_scale="auto"`` rule)
+    paper_sa_scale = 10.0
+
     mode: str = option("sa", "'sa' (stochastic approximation with omega_k) or 'em' (omega_k = 1)", choice(*MODES))
-    sa_scale: float = option(10.0, "omega_k = min(omega_0, A/(k + B)^c): A", positive)
-    sa_offset: float = option(1000.0, "omega_k: B", _offset)
+    sa_scale: float | str = option(AUTO, "omega_k = min(omega_0, A/(k + B)^c): A; auto: 10 (B/1000)^c, the paper's "
+                                   "sequence stretched in time by B/1000", auto_or(positive))
+    sa_offset: float | str = option(AUTO, "omega_k: B; auto: max(10 epochs, 1000 iterations), at most half the "
+                                    "warm-up", auto_or(_offset))
     sa_power: float = option(0.7, "omega_k: c", positive)
     sa_max: float = option(1.0, "omega_k: omega_0, in (0, 1]", _sa_max)
     beta_a: float = option(1.0, "Beta(a, b) prior on delta: a", positive)
@@ -124,7 +132,11 @@ class SGHMCSAOptions(SpikeSlabOptions, SGHMCOptions):
     """Options of :class:`SGHMCSA`: SGHMC's and the SA options, with the slower SA steps
     paper 001 uses for its classification networks."""
 
-    sa_scale: float = option(1.0, "omega_k = min(omega_0, A/(k + B)^c): A", positive)
+    #: A of paper 001's classification sequence at its B = 1000 (the ``sa_scale="auto"`` rule)
+    paper_sa_scale = 1.0
+
+    sa_scale: float | str = option(AUTO, "omega_k = min(omega_0, A/(k + B)^c): A; auto: 1 (B/1000)^c, the paper's "
+                                   "sequence stretched in time by B/1000", auto_or(positive))
     sa_power: float = option(0.75, "omega_k: c", positive)
 
 
@@ -220,6 +232,20 @@ class AdaptiveSpikeSlab:
         super().check_potential(potential)
         sparse_sites(potential, type(self).__name__)
 
+    def resolve_auto(self, theta: Tensor) -> dict:
+        """SG-MCMC's ``"auto"`` options and the SA sequence's (:func:`sa_sequence_rule`, from the
+        iterations per epoch ceil(N/n) and the warm-up); none of the latter with ``mode="em"`` (omega_k = 1)."""
+        values = super().resolve_auto(theta)
+        auto, opts = self.options.auto_fields(), self.options
+        if opts.mode == "em" or not {"sa_scale", "sa_offset"} & set(auto):
+            return values
+        epoch = math.ceil(self.num_data / (self.batch_size or self.num_data))
+        rule = sa_sequence_rule(epoch, opts.sa_power, opts.paper_sa_scale, self._warmup_steps)
+        if "sa_offset" not in auto:  # B given: A stretches the paper's sequence to it
+            rule["sa_scale"] = opts.paper_sa_scale * (opts.sa_offset / SA_OFFSET_ITERATIONS) ** opts.sa_power
+        values.update({k: v for k, v in rule.items() if k in auto})
+        return values
+
     def curvature(self, theta: Tensor, directions: Tensor | None = None) -> float:
         """The curvature of ``step_size="auto"``; a learned noise variance is pinned at the initial
         sigma^2 of the sparse layers' prior (the value the SA starts from) and left out of the directions."""
@@ -279,8 +305,9 @@ class AdaptiveSpikeSlab:
         self._omega = 0.0
         if self._k <= 1:  # the first iteration moves under the initial hyperparameters
             return
-        self._omega = 1.0 if self.options.mode == "em" else sa_weight(self._k, self.options.sa_scale, self.options.sa_offset,
-                                                               self.options.sa_power, self.options.sa_max)
+        opts = self.resolved
+        self._omega = 1.0 if opts.mode == "em" else sa_weight(self._k, opts.sa_scale, opts.sa_offset, opts.sa_power,
+                                                              opts.sa_max)
         new = sa_update(self._sa, betas, self._omega, self._v0, self._v1, self.options.beta_a, self._b, self.options.ig_nu,
                         self.options.ig_lambda, self._shared, self.num_data, scaled_rss)
         self._sa = new if bool(ok.all()) else new.where(ok, self._sa)

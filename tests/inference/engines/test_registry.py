@@ -67,8 +67,11 @@ def test_the_drifted_defaults_have_one_value_each():
         assert ENGINES[name].defaults()["step_size"] == ENGINES[name].defaults()["schedule"] == "auto"
     assert ENGINES["sghmc_group_ss"].defaults()["step_size"] == "auto"
     assert ENGINES["sghmc_group_ss"].defaults()["cycle_length"] == ENGINES["sghmc_group_ss"].defaults()["em_warmup"]
-    assert (ENGINES["sghmc_sa"].defaults()["sa_scale"], ENGINES["sghmc_sa"].defaults()["sa_power"]) == (1.0, 0.75)
-    assert (ENGINES["sgld_sa"].defaults()["sa_scale"], ENGINES["sgld_sa"].defaults()["sa_power"]) == (10.0, 0.7)
+    # the SA sequence: A and B from the data, c the paper's per engine (and the A the rule stretches)
+    for name, power, scale in (("sghmc_sa", 0.75, 1.0), ("sgld_sa", 0.7, 10.0)):
+        defaults = ENGINES[name].defaults()
+        assert (defaults["sa_scale"], defaults["sa_offset"], defaults["sa_power"]) == ("auto", "auto", power)
+        assert ENGINES[name].kernel.Options.paper_sa_scale == scale
 
 
 def test_kernel_signature_and_unknown_keyword_come_from_the_dataclass(potential):
