@@ -1,5 +1,6 @@
 """ESS per second on the cosine MLP: NumPyro NUTS (when installed), bnnzoo's many-chain
 ChEES-HMC with no flags (``compile="auto"``, ``threads="auto"``) for 8, 16 and 32 chains,
+bnnzoo's batched NUTS with its defaults (8 chains),
 BlackJAX's ChEES-HMC with as many chains (when installed; the same algorithm in JAX), and
 optionally Pyro NUTS (stock and on bnnzoo's fast potential) and ChEES forced eager or
 compiled (``--modes``).
@@ -18,9 +19,10 @@ fresh directory) unless ``--warm-cache``, so the first compiled run pays the
 full C++ build, as NumPyro's and BlackJAX's first runs pay their XLA compilation.
 
 Usage: ``python benchmarks/bench_sampling.py [--draws 1000] [--warmup 500]
-[--chees-chains 8 16 32] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1] [--modes default eager compiled]
+[--chees-chains 8 16 32] [--nuts-chains 8] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1] [--modes default eager compiled]
 [--skip-blackjax]
-[--skip-stock] [--skip-fast-nuts] [--device cuda] [--retable]``; writes ``benchmarks/results/sampling.{json,md}``.
+[--skip-stock] [--skip-fast-nuts] [--device cuda] [--name sampling] [--retable]``; writes
+``benchmarks/results/NAME.{json,md}``.
 """
 
 from __future__ import annotations
@@ -162,6 +164,9 @@ def main(argv=None):
                         help="a ChEES row (bnnzoo's and BlackJAX's) for each number of chains")
     parser.add_argument("--chees-warmup", type=int, default=200,
                         help="warm-up steps per chain of ChEES (its adaptation pools all chains)")
+    parser.add_argument("--nuts-chains", type=int, nargs="*", default=[8],
+                        help="a bnnzoo batched-NUTS row (engine batched_nuts, its defaults) for each number of "
+                             "chains, with --warmup warm-up steps")
     parser.add_argument("--skip-stock", action="store_true", help="skip stock Pyro NUTS (slow)")
     parser.add_argument("--skip-fast-nuts", action="store_true", help="skip Pyro NUTS on the fast potential")
     parser.add_argument("--stock-draws", type=int, default=None,
@@ -175,13 +180,15 @@ def main(argv=None):
     parser.add_argument("--skip-blackjax", action="store_true", help="skip BlackJAX's ChEES rows")
     parser.add_argument("--warm-cache", action="store_true",
                         help="keep the inductor cache of earlier processes (default: a fresh, empty one)")
+    parser.add_argument("--name", default="sampling",
+                        help="results/NAME.{json,md} (another name keeps the default results untouched)")
     parser.add_argument("--retable", action="store_true",
                         help="run nothing: rewrite the table from the runs in results/sampling.json")
     add_device_argument(parser)
     args = parser.parse_args(argv)
     if args.retable:
-        saved = json.loads((RESULTS / "sampling.json").read_text())
-        args = argparse.Namespace(**saved["settings"])
+        saved = json.loads((RESULTS / f"{args.name}.json").read_text())
+        args = argparse.Namespace(**{"name": args.name, **saved["settings"]})
         print(report(saved["rows"], args, saved["machine"]))
         return
     torch.set_num_threads(1)
@@ -197,6 +204,10 @@ def main(argv=None):
             label = f"bnnzoo chees, {chains} chains" + ("" if mode == "default" else f", {mode}")
             plan.append(lambda seed, chains=chains, label=label, options=options: bnnzoo_engine(
                 label, data, "chees", chains, args.draws, args.chees_warmup, seed, args.device, **options))
+    for chains in args.nuts_chains:
+        plan.append(lambda seed, chains=chains: bnnzoo_engine(
+            f"bnnzoo batched NUTS, {chains} chains", data, "batched_nuts", chains, args.draws, args.warmup, seed,
+            args.device))
     if npm.AVAILABLE and not args.skip_blackjax and importlib.util.find_spec("blackjax"):
         for chains in args.chees_chains:
             plan.append(lambda seed, chains=chains: blackjax_chees(data, chains, args.draws, args.chees_warmup,
@@ -264,7 +275,7 @@ def report(rows: list[dict], args, machine_info: dict | None = None) -> str:
               f"nested R-hat (4 superchains) of lp and f, worst over seeds, beside the split-R-hat gate.")
     payload = {"machine": machine_info or machine(getattr(args, "device", "cpu")), "settings": vars(args),
                "summary": lines, "rows": rows}
-    js, md = write_results("sampling", payload, table)
+    js, md = write_results(getattr(args, "name", "sampling"), payload, table)
     print(f"wrote {js} and {md}", flush=True)
     return table
 
