@@ -73,7 +73,7 @@ class EnergyTracker:
 
     @property
     def max_error(self) -> Tensor:
-        """:math:`\max_t |H_t - H_0|` per chain so far; inf where a step was not finite."""
+        r""":math:`\max_t |H_t - H_0|` per chain so far; inf where a step was not finite."""
         error = torch.maximum(self._high - self.energy, self.energy - self._low)
         return torch.where(torch.isfinite(error), error, torch.full_like(error, math.inf))
 
