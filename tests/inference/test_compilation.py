@@ -140,6 +140,15 @@ def test_a_run_that_pays_compiles_midway_and_records_it(monkeypatch):
 
 
 @needs_compiler
+def test_batched_nuts_compiles_midway_too(monkeypatch):
+    monkeypatch.setattr(compilation, "COLD_SECONDS", 0.0)
+    r = run("cosine_mlp", "cosine", engine="batched_nuts", num_samples=20, warmup_steps=0, num_chains=2,
+            max_tree_depth=3, step_size=1e-3, progress=False)
+    assert r.notes["compile"].startswith(f"auto: compiled at iteration {compilation.PROBE + 1}:")
+    assert r.compile_seconds > 0 and bool(torch.isfinite(torch.as_tensor(r.sample_stats["lp"])).all())
+
+
+@needs_compiler
 def test_a_failed_compile_goes_on_eagerly(monkeypatch):
     monkeypatch.setattr(compilation, "COLD_SECONDS", 0.0)
 

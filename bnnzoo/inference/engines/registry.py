@@ -140,7 +140,7 @@ _kernel("rwmh", RandomWalkMH, "Random-walk Metropolis with its scale adapted tow
 _kernel("chees", ChEESHMC, "ChEES-HMC: all chains as one batch, jittered trajectory length adapted across "
         "chains", driver=("compile",))
 _kernel("batched_nuts", BatchedNUTS, "NUTS for all chains as one batch: the chains' trees built in lockstep, "
-        "one batched gradient per leapfrog step")
+        "one batched gradient per leapfrog step", driver=("compile",))
 _kernel("fixed_hmc", FixedStepHMC, "HMC with a fixed step size and number of leapfrog steps, no adaptation; "
         "all chains as one batch", driver=("compile",))
 _kernel("proximal_hmc", ProximalHMC, "Proximal HMC for L1 / Laplace priors: proximal leapfrog force, exact "

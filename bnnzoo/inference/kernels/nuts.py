@@ -177,6 +177,7 @@ class BatchedNUTS(FixedStepHMC):
 
     def _leaf(self, theta: Tensor, p: Tensor, grad: Tensor, step: Tensor, energy: Tensor) -> _Tree:
         """One leapfrog step of signed size ``step [C, 1]`` from each chain's edge."""
+        self._batched_steps += 1
         theta, p, value, grad = self._step(theta, p, grad, step, self.inv_mass)
         error = value + kinetic_energy(p, self.inv_mass) - energy
         error = torch.where(torch.isfinite(error), error, torch.full_like(error, math.inf))
@@ -199,6 +200,7 @@ class BatchedNUTS(FixedStepHMC):
         Which leaves the recursive build would have computed (a second half is built only after a
         valid first half) is found top-down, so the statistics are the same."""
         n = 2 ** depth
+        self._batched_steps += n
         thetas, ps, values = [], [], []
         for _ in range(n):
             theta, p, value, grad = self._step(theta, p, grad, step, self.inv_mass)
@@ -271,6 +273,7 @@ class BatchedNUTS(FixedStepHMC):
         p = self.momentum(theta)
         energy = value + kinetic_energy(p, self.inv_mass)
         chains = theta.shape[0]
+        self._batched_steps = 0  # batched leapfrog steps computed (the longest tree's, and any unused)
         zero = torch.zeros_like(energy)
         left = right = (theta, p, grad)
         rho, log_weight = p, zero
@@ -320,6 +323,8 @@ class BatchedNUTS(FixedStepHMC):
                  "lp": -value_out}
         if self.in_warmup:
             self.adapt(prob, theta_out)
+        if self.compile_policy is not None:
+            self.compile_policy.observe(self._batched_steps, theta_out)
         return theta_out, stats
 
     # ------------------------------------------------------------ warm-up
