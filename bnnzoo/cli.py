@@ -34,7 +34,10 @@ y = cos x + N(0, 0.1^2)). ChEES-HMC: 16 chains, 400 warm-up + 100 draws each, it
 defaults; NUTS: 16 chains x (400 + 100), tree depth at most 9, target acceptance 0.9
 (at the default 0.8, 2-3% of its transitions diverge on this posterior); HMC (Pyro's,
 15 leapfrog steps): 2 chains x (200 + 200); RWMH: 2 chains x (2000 + 2000); SVI: 2 fits
-of at most 3000 steps, 200 draws each."""
+of at most 3000 steps, 200 draws each. ChEES and NUTS run eagerly (`compile=False`): their
+default, `compile="auto"`, decides from timings and from the compile times this machine has
+recorded, so the table would change between the first and a later run (see the README's
+Speed section)."""
 
 
 def demo_plan(quick: bool = False) -> dict:
@@ -45,9 +48,10 @@ def demo_plan(quick: bool = False) -> dict:
     n = 20 if quick else 200
     engines = [
         {"kind": "chees", "num_chains": 4 if quick else 16, "num_samples": n // 8 if quick else 100,
-         "warmup_steps": n if quick else 400},
+         "warmup_steps": n if quick else 400, "compile": False},
         {"kind": "batched_nuts", "num_chains": 4 if quick else 16, "num_samples": n // 8 if quick else 100,
-         "warmup_steps": n if quick else 400, "max_tree_depth": 4 if quick else 9, "target_accept": 0.9},
+         "warmup_steps": n if quick else 400, "max_tree_depth": 4 if quick else 9, "target_accept": 0.9,
+         "compile": False},
         {"kind": "hmc", "num_samples": n, "warmup_steps": n, "num_steps": 5 if quick else 15},
         {"kind": "rwmh", "num_samples": 10 * n, "warmup_steps": 10 * n, "scale": 0.02},
         {"kind": "svi", "num_samples": n, "num_steps": 100 if quick else 3000, "lr": 0.01},
