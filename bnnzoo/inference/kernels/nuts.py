@@ -8,7 +8,9 @@ no-U-turn criterion with the checks across sub-trees; Betancourt 2017, as in Sta
 :math:`2^j` leapfrog steps as one batched gradient, each chain in its own random direction.
 A chain whose tree has stopped (a U-turn, a divergence) is masked and its draw is kept;
 the batch stops when every chain has stopped, so one transition costs the longest tree's
-gradients (a half sub-tree that no chain needs is not built).
+gradients. A sub-tree's steps are run one after another and its tree is then formed level by
+level (:meth:`BatchedNUTS._block`); a sub-tree too large to keep is built recursively, skipping
+a second half that no chain needs (:meth:`BatchedNUTS._build`).
 
 Warm-up: a step-size search, dual averaging of the NUTS acceptance statistic (the mean over
 the tree's states of :math:`\min(1, e^{H_0 - H})`) toward ``target_accept`` (0.8 on a smooth
@@ -33,8 +35,7 @@ import torch
 from ..adaptation import ChainVariance, DualAveraging, PooledVariance, find_step_size, mass_windows
 from ..integrators import kinetic_energy, leapfrog_step
 from ..options import flag, integer, option, positive
-from ..tuning import resolve_target_accept
-from .hmc import MAX_ENERGY_ERROR, FixedStepHMC, WarmupOptions
+from .hmc import MAX_ENERGY_ERROR, AdaptiveHMC, FixedStepHMC, WarmupOptions
 
 __all__ = ["BatchedNUTS", "BatchedNUTSOptions"]
 
@@ -121,11 +122,8 @@ class BatchedNUTS(FixedStepHMC):
     Options = BatchedNUTSOptions
     stat_names = FixedStepHMC.stat_names + ("tree_depth", "reached_max_tree_depth")
 
-    @property
-    def target_accept(self) -> float:
-        """``options.target_accept``, or the value recommended for the model's smoothness when it is None."""
-        model = self.model if self.model is not None else self.potential
-        return float(resolve_target_accept(self.options.target_accept, model, "batched_nuts"))
+    target_family = "batched_nuts"
+    target_accept = AdaptiveHMC.target_accept  # options.target_accept, or the one recommended for NUTS
 
     def _reset(self) -> None:
         super()._reset()
