@@ -1,13 +1,15 @@
-"""ESS per second on the cosine MLP: NumPyro NUTS (when installed), bnnzoo's many-chain
-ChEES-HMC with no flags (``compile="auto"``, ``threads="auto"``) for 8, 16 and 32 chains,
+"""ESS per second on the cosine MLP (or the digits MLP, ``--model digits``): NumPyro NUTS
+(when installed), bnnzoo's many-chain ChEES-HMC with no flags (``compile="auto"``, ``threads="auto"``) for 8, 16 and 32 chains,
 bnnzoo's batched NUTS with its defaults (8 chains),
 BlackJAX's ChEES-HMC with as many chains (when installed; the same algorithm in JAX), and
 optionally Pyro NUTS (stock and on bnnzoo's fast potential) and ChEES forced eager or
 compiled (``--modes``).
 
 The model is the cosine MLP of paper 003 (1-50-1 tanh, N(0, 1) priors, noise
-0.1, 100 points). Every engine keeps the same number of post-warm-up draws in
-total. Mixing is measured on identifiable quantities only (network weights are
+0.1, 100 points), or with ``--model digits`` the compute-bound digits MLP (64-128-128-10
+ReLU, N(0, 1) priors, Categorical likelihood, 1000 training images, 26k parameters;
+f is then the probability of the true label of 20 test images). Every engine keeps the
+same number of post-warm-up draws in total. Mixing is measured on identifiable quantities only (network weights are
 permutation- and sign-symmetric, so their ESS means nothing): the ESS of ``lp``
 and of the predictive mean f(x*) at 20 test inputs; the score is the minimum of
 the two, divided by wall time. All engines run in one process, one after
@@ -18,7 +20,7 @@ Compile times count: a compiled run's wall time includes its compiling calls
 fresh directory) unless ``--warm-cache``, so the first compiled run pays the
 full C++ build, as NumPyro's and BlackJAX's first runs pay their XLA compilation.
 
-Usage: ``python benchmarks/bench_sampling.py [--draws 1000] [--warmup 500]
+Usage: ``python benchmarks/bench_sampling.py [--model cosine] [--draws 1000] [--warmup 500]
 [--chees-chains 8 16 32] [--nuts-chains 8] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1] [--modes default eager compiled]
 [--skip-blackjax]
 [--skip-stock] [--skip-fast-nuts] [--device cuda] [--name sampling] [--retable]``; writes
@@ -46,10 +48,47 @@ import numpyro_models as npm  # noqa: E402
 
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.diagnostics.nested_rhat import nested_rhat  # noqa: E402
+from bnnzoo.diagnostics.predictive import function_draws  # noqa: E402
 from bnnzoo.inference import run  # noqa: E402
 from bnnzoo.models import zoo  # noqa: E402
 
 X_STAR = torch.linspace(0.0, 4.0, 20).reshape(-1, 1)
+
+
+class Bench:
+    """The benchmark's network in both libraries, its data and the 20 test points where
+    mixing is measured: ``cosine`` (1-50-1 tanh, Gaussian likelihood; f is the
+    predictive mean at 20 inputs in [0, 4]) or ``digits`` (64-128-128-10 ReLU,
+    Categorical likelihood, 1000 training images; f is the probability of the true
+    label of the first 20 test images, :func:`~bnnzoo.diagnostics.predictive.function_draws`)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        if name == "cosine":
+            self.data = load("cosine", seed=0)
+            self.widths, self.activation, self.likelihood = [1, 50, 1], "tanh", "gaussian"
+            self.x_star, self.y_star = X_STAR, None
+        else:
+            self.data = load("digits", seed=0, n_train=1000)
+            self.widths, self.activation, self.likelihood = [64, 128, 128, 10], "relu", "categorical"
+            self.x_star, self.y_star = self.data.x_test[:20], self.data.y_test[:20].long()
+
+    def spec(self):
+        return zoo.cosine_mlp(hidden=50) if self.name == "cosine" else zoo.digits_mlp(hidden=128)
+
+    def numpyro(self):
+        """``(model, f)``: the NumPyro model and ``f(params) -> [20]`` at the test points."""
+        import jax
+
+        model, forward = npm.mlp_model(self.widths, self.activation, self.likelihood, noise=0.1)
+        x_star = npm.as_jax(self.x_star.numpy())
+        if self.likelihood == "gaussian":
+            return model, lambda params: np.asarray(forward(params, x_star))[:, 0]
+        rows, labels = np.arange(len(self.y_star)), self.y_star.numpy()
+        return model, lambda params: np.asarray(jax.nn.softmax(forward(params, x_star)))[rows, labels]
+
+    def jax_data(self):
+        return npm.as_jax(self.data.x_train.numpy()), npm.as_jax(self.data.y_train.numpy())
 
 
 #: a run whose R-hat (lp or any f) is above MAX_RHAT, or whose ESS is below MIN_ESS, scores
@@ -79,13 +118,12 @@ def ungated_ess_per_s(row: dict) -> float:
     return min(row["ess_lp"], row["ess_f_min"]) / row["wall_s"]
 
 
-def bnnzoo_engine(label, data, engine, num_chains, draws, warmup, seed, device="cpu", **options):
-    spec = zoo.cosine_mlp(hidden=50)
+def bnnzoo_engine(label, bench, engine, num_chains, draws, warmup, seed, device="cpu", **options):
     start = time.perf_counter()
-    r = run(spec, data, engine=engine, num_samples=draws // num_chains, warmup_steps=warmup,
+    r = run(bench.spec(), bench.data, engine=engine, num_samples=draws // num_chains, warmup_steps=warmup,
             num_chains=num_chains, seed=seed, device=device, **options)
     wall = time.perf_counter() - start
-    f = r.predict(X_STAR)[..., 0]
+    f = function_draws(r, bench.x_star, bench.y_star)
     stats = r.sample_stats
     extra = {"mean_accept": float(np.mean(stats["acceptance_rate"])),
              "grads_per_draw": float(np.mean(stats["n_steps"])) if "n_steps" in stats else None,
@@ -93,12 +131,12 @@ def bnnzoo_engine(label, data, engine, num_chains, draws, warmup, seed, device="
     return score(label, wall, stats["lp"], f, extra)
 
 
-def numpyro_nuts(data, num_chains, draws, warmup, seed):
+def numpyro_nuts(bench, num_chains, draws, warmup, seed):
     from numpyro.infer import MCMC, NUTS
     import jax
 
-    model, forward = npm.mlp_model([1, 50, 1], "tanh", "gaussian", noise=0.1)
-    x, y = npm.as_jax(data.x_train.numpy()), npm.as_jax(data.y_train.numpy())
+    model, f_at = bench.numpyro()
+    x, y = bench.jax_data()
     start = time.perf_counter()
     mcmc = MCMC(NUTS(model), num_warmup=warmup, num_samples=draws // num_chains, num_chains=num_chains,
                 chain_method="sequential", progress_bar=False)
@@ -108,13 +146,12 @@ def numpyro_nuts(data, num_chains, draws, warmup, seed):
     extra = mcmc.get_extra_fields(group_by_chain=True)
     lp = -np.asarray(extra["potential_energy"])
     flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in samples.items()}
-    f = np.stack([np.asarray(forward({k: v[i] for k, v in flat.items()}, npm.as_jax(X_STAR.numpy())))[:, 0]
-                  for i in range(lp.size)]).reshape(lp.shape + (-1,))
+    f = np.stack([f_at({k: v[i] for k, v in flat.items()}) for i in range(lp.size)]).reshape(lp.shape + (-1,))
     return score("numpyro NUTS", wall, lp, f, {"mean_accept": float(np.mean(extra["accept_prob"])),
                                               "grads_per_draw": float(np.mean(extra["num_steps"]))})
 
 
-def blackjax_chees(data, num_chains, draws, warmup, seed):
+def blackjax_chees(bench, num_chains, draws, warmup, seed):
     """BlackJAX's ChEES-HMC (the same algorithm in JAX): its ChEES warm-up with a diagonal mass
     matrix, Adam(0.025, b1=0, b2=0.95) on log T as bnnzoo's, then its jittered dynamic HMC for
     ``draws // num_chains`` draws per chain, all chains vmapped; initial points uniform in
@@ -125,8 +162,8 @@ def blackjax_chees(data, num_chains, draws, warmup, seed):
     from jax.flatten_util import ravel_pytree
     from numpyro.infer.util import initialize_model
 
-    model, forward = npm.mlp_model([1, 50, 1], "tanh", "gaussian", noise=0.1)
-    x, y = npm.as_jax(data.x_train.numpy()), npm.as_jax(data.y_train.numpy())
+    model, f_at = bench.numpyro()
+    x, y = bench.jax_data()
     start = time.perf_counter()
     key_init, key_warmup, key_sample = jax.random.split(jax.random.PRNGKey(seed), 3)
     info = initialize_model(key_init, model, model_args=(x, y))
@@ -150,14 +187,15 @@ def blackjax_chees(data, num_chains, draws, warmup, seed):
     jax.block_until_ready(theta)
     wall = time.perf_counter() - start
     theta, lp = np.asarray(theta).transpose(1, 0, 2), np.asarray(lp).T  # [chain, draw, ...]
-    x_star = npm.as_jax(X_STAR.numpy())
-    f = np.stack([np.asarray(forward(unravel(q), x_star))[:, 0] for q in theta.reshape(-1, flat.size)])
+    f = np.stack([f_at(unravel(q)) for q in theta.reshape(-1, flat.size)])
     return score(f"blackjax chees, {num_chains} chains", wall, lp, f.reshape(lp.shape + (-1,)),
                  {"mean_accept": float(np.mean(accept)), "grads_per_draw": float(np.mean(steps))})
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["cosine", "digits"], default="cosine",
+                        help="cosine: the 1-50-1 tanh MLP; digits: the 64-128-128-10 ReLU MLP on 1000 digits")
     parser.add_argument("--draws", type=int, default=1000, help="post-warm-up draws per engine, all chains")
     parser.add_argument("--warmup", type=int, default=500, help="warm-up steps per chain (NUTS engines)")
     parser.add_argument("--chees-chains", type=int, nargs="+", default=[8, 16, 32],
@@ -194,7 +232,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     if not args.warm_cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bnnzoo-inductor-")
-    data = load("cosine", seed=0)
+    data = Bench(args.model)
     plan, slow = [], []
     if npm.AVAILABLE:
         plan.append(lambda seed: numpyro_nuts(data, 2, args.draws, args.warmup, seed))
@@ -252,8 +290,10 @@ def summarise(rows: list[dict]) -> list[dict]:
     reference = next((r["ess_per_s"] for r in lines if r["engine"] == "numpyro NUTS"), None)
     # stock Pyro is credited with its ungated rate: the conservative side for the ratios to it
     stock_rate = next((r["ungated_ess_per_s"] for r in lines if r["engine"] == "pyro NUTS, stock"), None)
+    ungated_reference = next((r["ungated_ess_per_s"] for r in lines if r["engine"] == "numpyro NUTS"), None)
     for r in lines:
         r["vs_numpyro"] = r["ess_per_s"] / reference if reference else None
+        r["ungated_vs_numpyro"] = r["ungated_ess_per_s"] / ungated_reference if ungated_reference else None
         r["vs_stock_pyro"] = r["ess_per_s"] / stock_rate if stock_rate else None
     return lines
 
@@ -263,14 +303,15 @@ def report(rows: list[dict], args, machine_info: dict | None = None) -> str:
     columns = ["engine", "runs", "converged", "chains", "draws", "wall_s", "first_wall_s", "first_compile_s",
                "mean_accept", "grads_per_draw",
                "ess_lp", "ess_f_min", "rhat_max", "nrhat_max", "ess_per_s", "ess_per_s_range", "ungated_ess_per_s", "vs_numpyro",
-               "vs_stock_pyro"]
+               "ungated_vs_numpyro", "vs_stock_pyro"]
     table = markdown_table(lines, columns)
     table += (f"\n\nMedians over seeds 0..{args.seeds - 1} of each engine (runs interleaved); a run whose "
               f"R-hat exceeds {MAX_RHAT} or whose ESS is below {MIN_ESS:.0f} scores 0 ESS/s. "
               f"first_wall_s: the seed-0 run (the one that compiled from "
               f"{'a warm' if args.warm_cache else 'an empty'} inductor cache; NumPyro's first XLA "
               f"compilation); first_compile_s: its time in compiling calls, included in its wall time "
-              f"(later runs reuse the graphs). ungated_ess_per_s: min ESS / wall time without the gate; "
+              f"(later runs reuse the graphs). ungated_ess_per_s: min ESS / wall time without the gate "
+              f"(ungated_vs_numpyro: its ratio to NumPyro's, a hint only where runs have not converged); "
               f"vs_stock_pyro divides by stock Pyro's ungated rate (the more generous one to it). nrhat_max: "
               f"nested R-hat (4 superchains) of lp and f, worst over seeds, beside the split-R-hat gate.")
     payload = {"machine": machine_info or machine(getattr(args, "device", "cpu")), "settings": vars(args),

@@ -1,8 +1,10 @@
 """Step-size adaptation: target vs achieved acceptance after warm-up (issue #16).
 
 For ChEES-HMC and proximal HMC on small networks, 8 vectorized chains, several seeds:
-the target acceptance, the mean acceptance probability of the draws after warm-up (over
-chains and draws), its Monte Carlo standard error (batch means of the chain-averaged
+the target acceptance, the statistic the step size is steered by, after warm-up (the
+kernel's ``warmup_acceptance`` of each draw's acceptance probabilities, averaged over
+draws: ``achieved``; for ChEES the harmonic mean over non-divergent chains), the plain mean acceptance probability (over chains and draws:
+``mean``) and its Monte Carlo standard error (batch means of the chain-averaged
 acceptance), the final step size, leapfrog steps per transition and divergences;
 medians over seeds per model and kernel.
 
@@ -65,9 +67,13 @@ def run_one(spec, data: str, kernel: str, seed: int, warmup: int, samples: int, 
     seconds = time.perf_counter() - start
     stats = k.diagnostics()["sample_stats"]
     accept = np.asarray(stats["acceptance_rate"], dtype=float)  # [draws, chains]
+    diverging = np.asarray(stats["diverging"], dtype=bool)
     per_draw = accept.mean(1)
-    return {"target": float(k.target_accept), "achieved": float(accept.mean()),
-            "se": batch_means_se(per_draw), "gap": float(accept.mean() - k.target_accept),
+    finite = np.isfinite(np.asarray(stats["energy_error"], dtype=float))
+    harmonic = float(np.mean([k.warmup_acceptance(torch.as_tensor(a), torch.as_tensor(d), torch.as_tensor(f))
+                              for a, d, f in zip(accept, diverging, finite)]))
+    return {"target": float(k.target_accept), "achieved": harmonic, "mean": float(accept.mean()),
+            "se": batch_means_se(per_draw), "gap": float(harmonic - k.target_accept),
             "step_size": float(k.step_size), "n_steps": float(np.mean(stats["n_steps"])),
             "divergences": int(np.asarray(stats["diverging"]).sum()), "seconds": seconds}
 
@@ -101,16 +107,17 @@ def main(argv=None) -> None:
                 r = {"model": model, "kernel": kernel, "seed": seed, "warmup": steps[0], "samples": steps[1],
                      "chains": args.chains, **run_one(spec, data, kernel, seed, *steps, args.chains)}
                 print(f"{model:10s} {kernel:12s} seed {seed}: target {r['target']:.3f} achieved "
-                      f"{r['achieved']:.3f} (se {r['se']:.3f}) step {r['step_size']:.3g} "
+                      f"{r['achieved']:.3f}, mean {r['mean']:.3f} (se {r['se']:.3f}) step {r['step_size']:.3g} "
                       f"steps {r['n_steps']:.0f} div {r['divergences']} {r['seconds']:.0f}s", flush=True)
                 runs.append(r)
                 per_seed.append(r)
             med = {k: statistics.median(r[k] for r in per_seed)
-                   for k in ("achieved", "gap", "se", "step_size", "n_steps", "seconds")}
+                   for k in ("achieved", "mean", "gap", "se", "step_size", "n_steps", "seconds")}
             rows.append({"model": model, "kernel": kernel, "warm-up + draws": f"{steps[0]} + {steps[1]}",
                          "target": per_seed[0]["target"],
                          "achieved (per seed)": " / ".join(f"{r['achieved']:.3f}" for r in per_seed),
-                         "median achieved": med["achieved"], "median gap": med["gap"], "median se": med["se"],
+                         "median achieved": med["achieved"], "median gap": med["gap"],
+                         "median mean acceptance": med["mean"], "its se": med["se"],
                          "median step size": med["step_size"], "median leapfrog steps": med["n_steps"],
                          "divergences": sum(r["divergences"] for r in per_seed),
                          "median seconds": med["seconds"]})
