@@ -1,19 +1,19 @@
-"""ESS per second on the cosine MLP (or the digits MLP, ``--model digits``): NumPyro NUTS
-(when installed), bnnzoo's many-chain ChEES-HMC with no flags (``compile="auto"``, ``threads="auto"``) for 8, 16 and 32 chains,
-bnnzoo's batched NUTS with its defaults (8 chains),
-BlackJAX's ChEES-HMC with as many chains (when installed; the same algorithm in JAX), and
-optionally Pyro NUTS (stock and on bnnzoo's fast potential) and ChEES forced eager or
-compiled (``--modes``).
+"""ESS per second on the cosine MLP (or the digits MLP, ``--model digits``): NumPyro NUTS (when
+installed), bnnzoo's many-chain ChEES-HMC with no flags (``compile="auto"``,
+``threads="auto"``) for 8, 16 and 32 chains, bnnzoo's batched NUTS with its defaults (8
+chains), BlackJAX's ChEES-HMC with as many chains (when installed; the same algorithm in
+JAX), and optionally Pyro NUTS (stock and on bnnzoo's fast potential) and ChEES forced eager
+or compiled (``--modes``).
 
-The model is the cosine MLP of paper 003 (1-50-1 tanh, N(0, 1) priors, noise
-0.1, 100 points), or with ``--model digits`` the compute-bound digits MLP (64-128-128-10
-ReLU, N(0, 1) priors, Categorical likelihood, 1000 training images, 26k parameters;
-f is then the probability of the true label of 20 test images). Every engine keeps the
-same number of post-warm-up draws in total. Mixing is measured on identifiable quantities only (network weights are
-permutation- and sign-symmetric, so their ESS means nothing): the ESS of ``lp``
-and of the predictive mean f(x*) at 20 test inputs; the score is the minimum of
-the two, divided by wall time. All engines run in one process, one after
-another, seeds interleaved, so their ratios are measured under the same conditions.
+The model is the cosine MLP of paper 003 (1-50-1 tanh, N(0, 1) priors, noise 0.1, 100
+points), or with ``--model digits`` the compute-bound digits MLP (64-128-128-10 ReLU, N(0,1)
+priors, Categorical likelihood, 1000 training images, 26k parameters; f is then the
+probability of the true label of 20 test images). Every engine keeps the same number of
+post-warm-up draws in total. Mixing is measured on identifiable quantities only (network
+weights are permutation- and sign-symmetric, so their ESS means nothing): the ESS of ``lp``
+and of the predictive mean f(x*) at 20 test inputs; the score is the minimum of the two,
+divided by wall time. All engines run in one process, one after another, seeds interleaved,
+so their ratios are measured under the same conditions.
 
 Compile times count: a compiled run's wall time includes its compiling calls
 (also reported alone, ``compile_s``), and the inductor cache starts empty (a
