@@ -1,8 +1,10 @@
 """The thread policy (``threads="auto"``) against fixed thread counts, on a quiet and a loaded machine.
 
 For the cosine MLP (1-50-1, 100 points) and the digits MLP (64-128-128-10, 1000
-points), 8 chains, one batched value and gradient of the potential is timed with
-1 thread, every core, and the count ``threads="auto"`` picks
+points), 8 chains, one batched value and gradient of the potential (eager), and one
+compiled leapfrog step (``compile=True``: what a long run spends its time in once
+``compile="auto"`` has compiled) are timed with 1 thread, every core, and the count
+``threads="auto"`` picks
 (:func:`bnnzoo.inference.threads.choose_threads`), twice: with the machine as it is
 ("quiet") and while a second process burns one core ("loaded"). The settings
 alternate inside each round (``--rounds``), medians over rounds are reported,
@@ -15,6 +17,7 @@ GPU the rows time the device with each host thread count); writes
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing as mp
 import statistics
 import sys
@@ -54,9 +57,18 @@ def measure(rounds: int, device="cpu") -> list[dict]:
             burner = mp.Process(target=_burn, args=(stop,), daemon=True)
             burner.start()
             time.sleep(2.0)  # let the load average notice (auto reads it)
-        for name, (model, data) in _problems().items():
-            potential = BNNPotential(model, data.x_train, data.y_train, device=device)
+        for (name, (model, data)), compiled in itertools.product(_problems().items(), (False, True)):
+            potential = BNNPotential(model, data.x_train, data.y_train, device=device, compile=compiled)
             theta = initial_theta(potential, CHAINS, 1.0)
+            if compiled:
+                p, inv_mass = torch.randn_like(theta), torch.ones_like(theta[0])
+                _, grad = potential.value_and_grad(theta)
+
+                def call():
+                    return potential.leapfrog_step(theta, p, grad, 1e-3, inv_mass)
+            else:
+                def call():
+                    return potential.value_and_grad(theta)
             work = work_per_gradient(model, len(data.x_train), CHAINS)
             settings = {"1 thread": 1, f"{cores} threads": cores}
             times = {k: [] for k in list(settings) + ["auto"]}
@@ -65,10 +77,11 @@ def measure(rounds: int, device="cpu") -> list[dict]:
                 auto_counts.append(choose_threads(work))
                 for label, count in list(settings.items()) + [("auto", auto_counts[-1])]:
                     torch.set_num_threads(count)
-                    times[label].append(time_call(lambda: potential.value_and_grad(theta), min_time=0.3))
+                    times[label].append(time_call(call, min_time=0.3))
             med = {k: statistics.median(v) for k, v in times.items()}
             best = min(med.values())
-            row = {"machine": load_name, "model": name, "work": work, "auto picks": statistics.mode(auto_counts)}
+            row = {"machine": load_name, "model": name, "call": "compiled leapfrog step" if compiled else "gradient",
+                   "work": work, "auto picks": statistics.mode(auto_counts)}
             for label, t in med.items():
                 row[f"{label} (ms)"] = 1e3 * t
             row["auto / best"] = med["auto"] / best
