@@ -63,24 +63,21 @@ class Bench:
     label of the first 20 test images, :func:`~bnnzoo.diagnostics.predictive.function_draws`)."""
 
     def __init__(self, name: str):
-        self.name = name
         if name == "cosine":
+            self.spec, self.likelihood = zoo.cosine_mlp(hidden=50), "gaussian"
             self.data = load("cosine", seed=0)
-            self.widths, self.activation, self.likelihood = [1, 50, 1], "tanh", "gaussian"
             self.x_star, self.y_star = X_STAR, None
         else:
+            self.spec, self.likelihood = zoo.digits_mlp(hidden=128), "categorical"
             self.data = load("digits", seed=0, n_train=1000)
-            self.widths, self.activation, self.likelihood = [64, 128, 128, 10], "relu", "categorical"
             self.x_star, self.y_star = self.data.x_test[:20], self.data.y_test[:20].long()
 
-    def spec(self):
-        return zoo.cosine_mlp(hidden=50) if self.name == "cosine" else zoo.digits_mlp(hidden=128)
-
     def numpyro(self):
-        """``(model, f)``: the NumPyro model and ``f(params) -> [20]`` at the test points."""
+        """``(model, f)``: the same network in NumPyro and ``f(params) -> [20]`` at the test points."""
         import jax
 
-        model, forward = npm.mlp_model(self.widths, self.activation, self.likelihood, noise=0.1)
+        widths = [self.spec.input_dim] + [layer.units for layer in self.spec.layers]
+        model, forward = npm.mlp_model(widths, self.spec.layers[0].activation, self.likelihood, noise=0.1)
         x_star = npm.as_jax(self.x_star.numpy())
         if self.likelihood == "gaussian":
             return model, lambda params: np.asarray(forward(params, x_star))[:, 0]
@@ -120,7 +117,7 @@ def ungated_ess_per_s(row: dict) -> float:
 
 def bnnzoo_engine(label, bench, engine, num_chains, draws, warmup, seed, device="cpu", **options):
     start = time.perf_counter()
-    r = run(bench.spec(), bench.data, engine=engine, num_samples=draws // num_chains, warmup_steps=warmup,
+    r = run(bench.spec, bench.data, engine=engine, num_samples=draws // num_chains, warmup_steps=warmup,
             num_chains=num_chains, seed=seed, device=device, **options)
     wall = time.perf_counter() - start
     f = function_draws(r, bench.x_star, bench.y_star)
@@ -232,30 +229,30 @@ def main(argv=None):
     torch.set_num_threads(1)
     if not args.warm_cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bnnzoo-inductor-")
-    data = Bench(args.model)
+    bench = Bench(args.model)
     plan, slow = [], []
     if npm.AVAILABLE:
-        plan.append(lambda seed: numpyro_nuts(data, 2, args.draws, args.warmup, seed))
+        plan.append(lambda seed: numpyro_nuts(bench, 2, args.draws, args.warmup, seed))
     for mode in args.modes:
         options = {"default": {}, "eager": {"compile": False}, "compiled": {"compile": True}}[mode]
         for chains in args.chees_chains:
             label = f"bnnzoo chees, {chains} chains" + ("" if mode == "default" else f", {mode}")
             plan.append(lambda seed, chains=chains, label=label, options=options: bnnzoo_engine(
-                label, data, "chees", chains, args.draws, args.chees_warmup, seed, args.device, **options))
+                label, bench, "chees", chains, args.draws, args.chees_warmup, seed, args.device, **options))
     for chains in args.nuts_chains:
         plan.append(lambda seed, chains=chains: bnnzoo_engine(
-            f"bnnzoo batched NUTS, {chains} chains", data, "batched_nuts", chains, args.draws, args.warmup, seed,
+            f"bnnzoo batched NUTS, {chains} chains", bench, "batched_nuts", chains, args.draws, args.warmup, seed,
             args.device))
     if npm.AVAILABLE and not args.skip_blackjax and importlib.util.find_spec("blackjax"):
         for chains in args.chees_chains:
-            plan.append(lambda seed, chains=chains: blackjax_chees(data, chains, args.draws, args.chees_warmup,
+            plan.append(lambda seed, chains=chains: blackjax_chees(bench, chains, args.draws, args.chees_warmup,
                                                                    seed))
     if not args.skip_fast_nuts:
-        slow.append(lambda seed: bnnzoo_engine("pyro NUTS, fast potential", data, "nuts", 2, args.draws,
+        slow.append(lambda seed: bnnzoo_engine("pyro NUTS, fast potential", bench, "nuts", 2, args.draws,
                                                args.warmup, seed, args.device))
     if not args.skip_stock:
         stock = args.stock_draws or args.draws
-        slow.append(lambda seed: bnnzoo_engine("pyro NUTS, stock", data, "nuts", 2, stock,
+        slow.append(lambda seed: bnnzoo_engine("pyro NUTS, stock", bench, "nuts", 2, stock,
                                                min(args.warmup, stock // 2), seed, args.device, fast=False))
     # seeds interleaved, so a drift in machine load hits every engine alike; the slow engines last;
     # results are written after every run, so a long run keeps what it measured

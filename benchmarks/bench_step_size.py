@@ -1,12 +1,12 @@
 """Step-size adaptation: target vs achieved acceptance after warm-up (issue #16).
 
-For ChEES-HMC and proximal HMC on small networks, 8 vectorized chains, several seeds:
-the target acceptance, the statistic the step size is steered by, after warm-up (the
-kernel's ``warmup_acceptance`` of each draw's acceptance probabilities, averaged over
-draws: ``achieved``; for ChEES the harmonic mean over non-divergent chains), the plain mean acceptance probability (over chains and draws:
-``mean``) and its Monte Carlo standard error (batch means of the chain-averaged
-acceptance), the final step size, leapfrog steps per transition and divergences;
-medians over seeds per model and kernel.
+For ChEES-HMC and proximal HMC on small networks, 8 vectorized chains, several seeds: the
+target acceptance, the statistic the step size is steered by, after warm-up (the kernel's
+``warmup_acceptance`` of each draw's acceptance probabilities, averaged over draws:
+``achieved``; for ChEES the harmonic mean over non-divergent chains), the plain mean
+acceptance probability (over chains and draws: ``mean``) and its Monte Carlo standard error
+(batch means of the chain-averaged acceptance), the final step size, leapfrog steps per
+transition and divergences; medians over seeds per model and kernel.
 
     python benchmarks/bench_step_size.py                 # cosine MLP + demo network, 3 seeds
     python benchmarks/bench_step_size.py --digits        # also the digits MLP (short runs)
