@@ -1,12 +1,15 @@
 """The thread policy (``threads="auto"``) against fixed thread counts, on a quiet and a loaded machine.
 
-For the cosine MLP (1-50-1, 100 points) and the digits MLP (64-128-128-10, 1000
-points), 8 chains, one batched value and gradient of the potential (eager), and one
+For a small MLP (1-10-1) and the cosine MLP (1-50-1) on the cosine data (100 points),
+with 8 chains and (the cosine MLP) 32, and the digits MLP (64-128-128-10, 1000 points)
+with 8 chains: one batched value and gradient of the potential (eager), and one
 compiled leapfrog step (``compile=True``: what a long run spends its time in once
 ``compile="auto"`` has compiled) are timed with 1 thread, every core, and the count
 ``threads="auto"`` picks
 (:func:`bnnzoo.inference.threads.choose_threads`), twice: with the machine as it is
-("quiet") and while a second process burns one core ("loaded"). The settings
+("quiet") and while a second process burns one core ("loaded"; started more than
+:data:`~bnnzoo.inference.threads.LOAD_TTL` seconds before, so auto's reading of the
+free cores is taken with it running, as a run started on a busy machine would). The settings
 alternate inside each round (``--rounds``), medians over rounds are reported,
 with each setting's ratio to the best setting of its row. Usage:
 ``python benchmarks/bench_threads.py [--rounds 5] [--device cpu]`` (threads matter on the CPU; on a
@@ -31,10 +34,9 @@ from common import add_device_argument, machine, markdown_table, time_call, writ
 
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.inference.potential import BNNPotential, initial_theta  # noqa: E402
-from bnnzoo.inference.threads import _cores, choose_threads, work_per_gradient  # noqa: E402
+from bnnzoo.inference.threads import LOAD_TTL, _cores, choose_threads, work_per_gradient  # noqa: E402
 from bnnzoo.models import BNN, zoo  # noqa: E402
 
-CHAINS = 8
 
 
 def _burn(stop) -> None:
@@ -43,9 +45,13 @@ def _burn(stop) -> None:
 
 
 def _problems():
+    """``(name, model, data, chains)`` of each row."""
     cosine = load("cosine", seed=0)
     digits = load("digits", seed=0)
-    return {"cosine MLP": (BNN(zoo.cosine_mlp()), cosine), "digits MLP": (BNN(zoo.digits_mlp()), digits)}
+    return [("small MLP", BNN(zoo.cosine_mlp(hidden=10)), cosine, 8),
+            ("cosine MLP", BNN(zoo.cosine_mlp()), cosine, 8),
+            ("cosine MLP", BNN(zoo.cosine_mlp()), cosine, 32),
+            ("digits MLP", BNN(zoo.digits_mlp()), digits, 8)]
 
 
 def measure(rounds: int, device="cpu") -> list[dict]:
@@ -56,10 +62,10 @@ def measure(rounds: int, device="cpu") -> list[dict]:
         if load_name == "loaded":
             burner = mp.Process(target=_burn, args=(stop,), daemon=True)
             burner.start()
-            time.sleep(2.0)  # let the load average notice (auto reads it)
-        for (name, (model, data)), compiled in itertools.product(_problems().items(), (False, True)):
+            time.sleep(LOAD_TTL + 1.0)  # auto's last reading of the free cores has expired
+        for (name, model, data, chains), compiled in itertools.product(_problems(), (False, True)):
             potential = BNNPotential(model, data.x_train, data.y_train, device=device, compile=compiled)
-            theta = initial_theta(potential, CHAINS, 1.0)
+            theta = initial_theta(potential, chains, 1.0)
             if compiled:
                 p, inv_mass = torch.randn_like(theta), torch.ones_like(theta[0])
                 _, grad = potential.value_and_grad(theta)
@@ -69,7 +75,7 @@ def measure(rounds: int, device="cpu") -> list[dict]:
             else:
                 def call():
                     return potential.value_and_grad(theta)
-            work = work_per_gradient(model, len(data.x_train), CHAINS)
+            work = work_per_gradient(model, len(data.x_train), chains)
             settings = {"1 thread": 1, f"{cores} threads": cores}
             times = {k: [] for k in list(settings) + ["auto"]}
             auto_counts = []
@@ -80,7 +86,7 @@ def measure(rounds: int, device="cpu") -> list[dict]:
                     times[label].append(time_call(call, min_time=0.3))
             med = {k: statistics.median(v) for k, v in times.items()}
             best = min(med.values())
-            row = {"machine": load_name, "model": name, "call": "compiled leapfrog step" if compiled else "gradient",
+            row = {"machine": load_name, "model": name, "chains": chains, "call": "compiled leapfrog step" if compiled else "gradient",
                    "work": work, "auto picks": statistics.mode(auto_counts)}
             for label, t in med.items():
                 row[f"{label} (ms)"] = 1e3 * t
@@ -101,7 +107,7 @@ def main(argv=None) -> None:
     columns = list(rows[0])
     table = markdown_table(rows, columns)
     print(table)
-    write_results("threads", {"machine": machine(args.device), "chains": CHAINS, "rounds": args.rounds,
+    write_results("threads", {"machine": machine(args.device), "rounds": args.rounds,
                               "rows": rows}, table)
 
 

@@ -6,7 +6,8 @@ r"""Warm-up adaptation as small components, shared by the HMC-family kernels.
   chains (Chan et al.'s parallel Welford update);
 * :func:`mass_windows`: Stan's doubling warm-up windows;
 * :func:`find_step_size`: the doubling/halving search for a first step size;
-* :func:`harmonic_mean_acceptance`, :func:`halton`;
+* :func:`harmonic_mean_acceptance`, :func:`acceptance_statistic` (what dual averaging
+  steers), :func:`halton`;
 * :class:`ScalarAdam` and :func:`chees_gradient`: the ChEES trajectory-length update.
 
 The full rules are in ``docs/algorithms.md`` ("Adaptation components").
@@ -21,8 +22,8 @@ import torch
 
 from .integrators import velocity
 
-__all__ = ["ChainVariance", "DualAveraging", "PooledVariance", "ScalarAdam", "chees_gradient", "find_step_size", "halton",
-           "harmonic_mean_acceptance", "mass_windows"]
+__all__ = ["ChainVariance", "DualAveraging", "PooledVariance", "ScalarAdam", "acceptance_statistic", "chees_gradient",
+           "find_step_size", "halton", "harmonic_mean_acceptance", "mass_windows"]
 
 Tensor = torch.Tensor
 
@@ -179,6 +180,24 @@ def harmonic_mean_acceptance(prob: Tensor, diverging: Tensor) -> float:
     if not keep.any():
         return 0.0
     return float(1.0 / (1.0 / prob[keep].double().clamp(min=1e-10)).mean())
+
+
+def acceptance_statistic(prob: Tensor, kept: Tensor) -> float:
+    r"""What step-size adaptation steers to ``target_accept``: the fraction of chains
+    ``kept`` times the harmonic mean of those chains' acceptance probabilities.
+
+    The harmonic mean is dominated by the worst chains, so one shared step size stays
+    stable for chains in regions of very different curvature (an energy error of 1e4
+    drives it to ~0). A chain left out (a divergent transition for ChEES, a proposal
+    with a non-finite energy for proximal HMC) is a rejection whatever the step size
+    could do for it, so it counts arithmetically, as a zero; left out altogether (the
+    harmonic mean alone, as BlackJAX's ChEES adaptation does), a divergence never
+    shrinks the step size, and on a network with stiff regions the step size grows
+    until a large share of transitions diverge.
+    """
+    if not bool(kept.any()):
+        return 0.0
+    return float(kept.double().mean()) * harmonic_mean_acceptance(prob, ~kept)
 
 
 def find_step_size(step_size: float, one_step_acceptance: Callable[[float], float]) -> float:

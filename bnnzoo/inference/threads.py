@@ -1,34 +1,50 @@
 """How many intra-op threads torch uses for a run.
 
-torch's default (one thread per core) is right for a large network on an idle
-machine and badly wrong for a small one or a busy machine: a batched gradient of
-a small network is dispatch-bound, and extra threads only wait on each other (on
-a 2-core machine with other work running, one such gradient took 10x longer with
-2 threads than with 1). :func:`choose_threads` picks a count from the work per
-gradient and the cores that are free now; :func:`using_threads` applies a count
-for the duration of a run and restores the caller's setting afterwards.
+torch's default (one thread per core) is right on an idle machine and badly wrong
+on a busy one: a batched gradient of a small network is dispatch-bound, and threads
+that must wait for a core held by another process only wait on each other (on a
+2-core machine with other work running, one such gradient took 10x longer with 2
+threads than with 1). On an idle machine a second thread pays from about
+:data:`SMALL_WORK` multiply-adds per gradient (20-50% on the cosine MLP with 8-32
+chains, compiled; ``benchmarks/bench_threads.py``). :func:`choose_threads` picks a
+count from the work per gradient and the cores that are free now;
+:func:`using_threads` applies a count for the duration of a run and restores the
+caller's setting afterwards.
 
 The rule (``threads="auto"``):
 
 * work per gradient ``W = chains x rows x (multiply-adds per row of the network)``;
-  below :data:`SMALL_WORK` one thread (dispatch-bound: more threads cannot pay);
-* otherwise the cores this process may use, less those busy with other work
-  (the 1-minute load average less this process's own share, rounded), at least one.
+  below :data:`SMALL_WORK` one thread (a second cannot pay, and would lose much if
+  other work arrived);
+* otherwise the cores this process may use, less those busy with other work now, at
+  least one. "Now" is measured (:func:`busy_cores`): the CPU time the machine's cores
+  (those this process may run on) spent busy over :data:`LOAD_WINDOW` seconds, less
+  this process's own, from ``/proc/stat``; where that file does not exist, the
+  1-minute load average less one for this process. The reading is kept for
+  :data:`LOAD_TTL` seconds, so back-to-back runs do not each pay for it. It is a
+  reading at the start of the run: load that arrives later is not followed.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 
 import torch
 
 
-__all__ = ["SMALL_WORK", "check_threads", "choose_threads", "using_threads", "work_per_gradient"]
+__all__ = ["LOAD_TTL", "LOAD_WINDOW", "SMALL_WORK", "busy_cores", "check_threads", "choose_threads", "using_threads",
+           "work_per_gradient"]
 
-#: multiply-adds per batched gradient below which one thread is fastest (measured:
-#: ``benchmarks/bench_threads.py``)
-SMALL_WORK = 2_000_000
+#: multiply-adds per batched gradient below which one thread is used: on an idle 2-core
+#: machine a second thread neither paid nor cost at 3-25 thousand and paid 3-20% at 50-120
+#: thousand (cosine MLPs, 2-16 chains, eager and compiled; ``benchmarks/bench_threads.py``)
+SMALL_WORK = 30_000
+#: seconds over which :func:`busy_cores` measures the other processes' CPU use
+LOAD_WINDOW = 0.1
+#: seconds a reading of :func:`busy_cores` is reused for
+LOAD_TTL = 10.0
 
 
 def check_threads(threads) -> None:
@@ -46,12 +62,64 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _busy_cores() -> int:
-    """Cores busy with other work: the 1-minute load average less this process's own one."""
+def _cpu_ticks(cpus) -> int | None:
+    """Busy clock ticks of ``cpus`` (all time but idle and I/O wait) from ``/proc/stat``, or None."""
     try:
-        return max(0, int(round(os.getloadavg()[0] - 1)))
-    except (AttributeError, OSError):
-        return 0
+        with open("/proc/stat") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    busy, seen = 0, 0
+    for line in lines:
+        name, *fields = line.split()
+        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cpus:
+            continue
+        ticks = [int(x) for x in fields[:8]]
+        busy += sum(ticks) - ticks[3] - ticks[4]
+        seen += 1
+    return busy if seen else None
+
+
+def _own_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _measure_busy(window: float) -> float | None:
+    """Cores busy with other processes' work over ``window`` seconds (None where unmeasurable)."""
+    try:
+        cpus = os.sched_getaffinity(0)
+        hz = os.sysconf("SC_CLK_TCK")
+    except (AttributeError, OSError, ValueError):
+        return None
+    before, own_before, start = _cpu_ticks(cpus), _own_seconds(), time.monotonic()
+    if before is None:
+        return None
+    time.sleep(window)
+    after, own_after, elapsed = _cpu_ticks(cpus), _own_seconds(), time.monotonic() - start
+    if after is None:
+        return None
+    return ((after - before) / hz - (own_after - own_before)) / elapsed
+
+
+_reading: tuple[float, int] | None = None
+
+
+def busy_cores() -> int:
+    """Cores busy with other processes' work now (module docstring), rounded to a whole core."""
+    global _reading
+    now = time.monotonic()
+    if _reading is not None and now - _reading[0] < LOAD_TTL:
+        return _reading[1]
+    busy = _measure_busy(LOAD_WINDOW)
+    if busy is None:
+        try:
+            busy = os.getloadavg()[0] - 1
+        except (AttributeError, OSError):
+            busy = 0.0
+    count = max(0, int(round(busy)))
+    _reading = (now, count)
+    return count
 
 
 def work_per_gradient(model, num_rows: int, num_chains: int) -> int | None:
@@ -67,7 +135,7 @@ def choose_threads(work: int | None, cores: int | None = None, busy: int | None 
     cores = _cores() if cores is None else cores
     if work is not None and work < SMALL_WORK:
         return 1
-    busy = _busy_cores() if busy is None else busy
+    busy = busy_cores() if busy is None else busy
     return max(1, min(cores, cores - busy))
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from bnnzoo.inference.adaptation import (DualAveraging, PooledVariance, ScalarAdam, chees_gradient, find_step_size,
-                                         halton, harmonic_mean_acceptance, mass_windows)
+from bnnzoo.inference.adaptation import (DualAveraging, PooledVariance, ScalarAdam, acceptance_statistic, chees_gradient,
+                                         find_step_size, halton, harmonic_mean_acceptance, mass_windows)
 
 
 def test_dual_averaging_follows_hoffman_and_gelman():
@@ -47,6 +47,14 @@ def test_harmonic_mean_ignores_divergent_chains_and_is_zero_without_any():
     prob = torch.tensor([0.5, 1.0, 0.0])
     assert harmonic_mean_acceptance(prob, torch.tensor([False, False, True])) == pytest.approx(2 / 3)
     assert harmonic_mean_acceptance(prob, torch.tensor([True, True, True])) == 0.0
+
+
+def test_acceptance_statistic_is_the_kept_fraction_times_their_harmonic_mean():
+    prob = torch.tensor([1.0, 0.5, 0.0, 0.25])
+    kept = torch.tensor([True, True, False, True])
+    assert acceptance_statistic(prob, kept) == pytest.approx(0.75 * 3 / (1 + 2 + 4))
+    assert acceptance_statistic(prob, torch.zeros(4, dtype=torch.bool)) == 0.0
+    assert acceptance_statistic(prob[:2], torch.ones(2, dtype=torch.bool)) == pytest.approx(2 / 3)
 
 
 def test_dual_averaging_restart_average_keeps_the_iterates_going():

@@ -1,10 +1,16 @@
-"""The thread policy: one thread for small work, the free cores for large work, the caller's setting restored."""
+"""The thread policy: one thread for small work, the free cores (measured now) for larger work, the caller's setting
+restored."""
+
+import multiprocessing as mp
+import os
+import time
 
 import pytest
 import torch
 
 from bnnzoo.inference import run
-from bnnzoo.inference.threads import SMALL_WORK, choose_threads, using_threads, work_per_gradient
+from bnnzoo.inference import threads as threads_module
+from bnnzoo.inference.threads import SMALL_WORK, busy_cores, choose_threads, using_threads, work_per_gradient
 from bnnzoo.models import BNN, zoo
 
 
@@ -17,6 +23,51 @@ from bnnzoo.models import BNN, zoo
 ])
 def test_choose_threads(work, cores, busy, want):
     assert choose_threads(work, cores=cores, busy=busy) == want
+
+
+def _burn(stop) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(10_000))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="measured from /proc/stat")
+def test_a_process_burning_a_core_is_seen_at_once(monkeypatch):
+    monkeypatch.setattr(threads_module, "_reading", None)
+    context = mp.get_context("spawn")
+    stop = context.Event()
+    burner = context.Process(target=_burn, args=(stop,), daemon=True)
+    burner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and threads_module._measure_busy(0.1) < 0.5:  # wait for it to start
+            pass
+        assert busy_cores() >= 1
+        # so large work on this machine's cores leaves that one out
+        assert choose_threads(SMALL_WORK * 10) == max(1, threads_module._cores() - busy_cores())
+    finally:
+        stop.set()
+        burner.join()
+
+
+def test_this_process_own_work_is_not_counted(monkeypatch):
+    ticks = iter([1000, 1000 + 100])                  # the machine: 100 ticks busy over the window ...
+    own = iter([5.0, 5.0 + 100 / 100])                # ... all of them this process's
+    monkeypatch.setattr(threads_module, "_cpu_ticks", lambda cpus: next(ticks))
+    monkeypatch.setattr(threads_module, "_own_seconds", lambda: next(own))
+    monkeypatch.setattr(threads_module.os, "sysconf", lambda name: 100)
+    monkeypatch.setattr(threads_module.time, "sleep", lambda seconds: None)
+    assert threads_module._measure_busy(0.1) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_without_proc_stat_the_load_average_less_this_process_is_used(monkeypatch):
+    monkeypatch.setattr(threads_module, "_reading", None)
+    monkeypatch.setattr(threads_module, "_cpu_ticks", lambda cpus: None)
+    monkeypatch.setattr(threads_module.os, "getloadavg", lambda: (3.2, 0.0, 0.0))
+    assert busy_cores() == 2
+    monkeypatch.setattr(threads_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert busy_cores() == 2                          # the reading is kept for LOAD_TTL seconds
+    monkeypatch.setattr(threads_module, "_reading", None)
+    assert busy_cores() == 0
 
 
 def test_the_callers_setting_is_restored():

@@ -21,7 +21,8 @@ from typing import NamedTuple
 
 import torch
 
-from ..adaptation import DualAveraging, PooledVariance, find_step_size, harmonic_mean_acceptance, mass_windows
+from ..adaptation import (DualAveraging, PooledVariance, acceptance_statistic, find_step_size, harmonic_mean_acceptance,
+                          mass_windows)
 from ..integrators import EnergyTracker, kinetic_energy, leapfrog
 from ..tuning import resolve_target_accept
 from .base import BaseOptions, FlatKernel, metropolis_accept
@@ -253,8 +254,9 @@ class AdaptiveHMC(FixedStepHMC):
             self._windows = mass_windows(self._warmup_steps)
 
     def warmup_acceptance(self, prob: Tensor, diverging: Tensor, finite: Tensor) -> float:
-        """The statistic dual averaging steers to ``target_accept``: the harmonic-mean acceptance."""
-        return harmonic_mean_acceptance(prob, diverging)
+        """The statistic dual averaging steers to ``target_accept``: :func:`acceptance_statistic` over the
+        non-divergent chains (the fraction of them times their harmonic-mean acceptance)."""
+        return acceptance_statistic(prob, ~diverging)
 
     def find_step_size(self, theta: Tensor) -> float:
         """:func:`~bnnzoo.inference.adaptation.find_step_size` on the harmonic-mean acceptance of

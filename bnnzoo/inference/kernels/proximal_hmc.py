@@ -26,7 +26,7 @@ from typing import Sequence
 import torch
 
 from ... import validation
-from ..adaptation import harmonic_mean_acceptance
+from ..adaptation import acceptance_statistic
 from ..proximal import moreau_force, ns_hmc_force, prox_gradient_force
 from .hmc import AdaptiveHMC, WarmupOptions
 from ..options import choice, flag, integer, option, positive, site_names
@@ -78,23 +78,6 @@ def relative_hamiltonian_error(energy_start: Tensor, energy_end: Tensor) -> floa
     if not bool(torch.isfinite(energy_end).all()):
         return math.inf
     return float((energy_end - energy_start).abs().sum() / energy_start.abs().sum().clamp(min=1e-12))
-
-
-def acceptance_statistic(prob: Tensor, finite: Tensor) -> float:
-    r"""What step-size adaptation steers to ``target_accept``: the fraction of chains
-    whose proposal has a finite energy times the harmonic mean of those chains'
-    acceptance probabilities.
-
-    The harmonic mean (as in ChEES) is dominated by the worst chains, so one shared
-    step size stays stable for chains in regions of very different curvature (an
-    energy error of 1e4 drives it to ~0). A proposal in a NaN region is a
-    rejection whatever the step size (the exact trajectory goes there), so it
-    counts arithmetically; left out (as ChEES does), the step size would grow
-    until most proposals land there.
-    """
-    if not bool(finite.any()):
-        return 0.0
-    return float(finite.double().mean()) * harmonic_mean_acceptance(prob, ~finite)
 
 
 class ProximalHMC(AdaptiveHMC):

@@ -156,12 +156,18 @@ class AnalyticMixin:
         return value, grad
 
     def _run_compiled(self, name: str, *args: Tensor):
-        key = (name, *(a.shape for a in args))  # torch.Size is hashable: no copies on the hot path
+        # torch.Size is hashable: no copies on the hot path. The thread count is in the key because
+        # dynamo's guards are: a new count compiles anew (so it must go through the branch below)
+        key = (name, torch.get_num_threads(), *(a.shape for a in args))
         if key in self._compiled_keys:
             return _compiled(name)(self, *args)
         start = time.perf_counter()
         try:
-            out = _compiled(name)(self, *args)
+            # the graphs are shared by every potential of the process, and dynamo keeps at most
+            # recompile_limit (8) variants of one function before it runs it eagerly, silently: one
+            # process sampling nine networks would run the ninth uncompiled, 5x slower
+            with torch._dynamo.config.patch(recompile_limit=max(RECOMPILE_LIMIT, torch._dynamo.config.recompile_limit)):
+                out = _compiled(name)(self, *args)
         except Exception as err:
             if not self.compile_fallback:
                 raise RuntimeError(f"compile=True: torch.compile of the potential's {name} failed "
@@ -181,6 +187,10 @@ def _value_and_grad_graph(potential: BNNPotential, theta: Tensor) -> tuple[Tenso
 
 def _leapfrog_step_graph(potential: BNNPotential, theta, p, grad, step_size, inv_mass):
     return leapfrog_step(theta, p, grad, step_size, inv_mass, lambda t: _value_and_grad_graph(potential, t))
+
+
+#: variants (networks, shapes, thread counts) of each compiled graph one process may hold
+RECOMPILE_LIMIT = 128
 
 
 @functools.cache

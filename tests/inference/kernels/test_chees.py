@@ -128,6 +128,17 @@ def test_nan_potential_is_a_rejected_counted_divergence():
     assert_moments(x, np.array([-ratio]), np.array([math.sqrt(1 - ratio - ratio ** 2)]), min_ess=100)
 
 
+def test_a_divergent_chain_counts_as_a_rejection_in_the_steered_statistic():
+    # all finite, one chain divergent (energy error > 1000): three quarters of the harmonic mean
+    # of the others, so a divergence pulls the step size down (left out, it would not)
+    kernel = ChEESHMC(potential=GaussianTarget([0.0], [[1.0]]), num_chains=4)
+    prob = torch.tensor([1.0, 0.5, 0.0, 0.25])
+    diverging = torch.tensor([False, False, True, False])
+    statistic = kernel.warmup_acceptance(prob, diverging, torch.ones(4, dtype=torch.bool))
+    assert statistic == pytest.approx(0.75 * 3 / (1 + 2 + 4))
+    assert kernel.warmup_acceptance(prob, torch.ones(4, dtype=torch.bool), ~diverging) == 0.0
+
+
 # ------------------------------------------------------------ bad options
 @pytest.mark.parametrize(
     "options, name",

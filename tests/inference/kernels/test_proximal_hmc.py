@@ -24,7 +24,7 @@ from bnnzoo.inference.proximal import (
     prox_of_potential,
     soft_threshold,
 )
-from bnnzoo.inference.kernels.proximal_hmc import acceptance_statistic, relative_hamiltonian_error
+from bnnzoo.inference.kernels.proximal_hmc import relative_hamiltonian_error
 from bnnzoo.models import BNN, BNNSpec, Dense, Gaussian, GaussianLikelihood, Laplace, SpikeAndSlab
 from tests.support.targets import (
     assert_moments, assert_moments_agree, assert_nan_region_rejected, bayesian_lasso_gibbs, regression_draws, run_kernel,
@@ -99,13 +99,6 @@ def test_ns_hmc_force_prox_of_quadratic_plus_l1(float64):
     zero = torch.zeros_like(w)
     for force_fn in (prox_gradient_force, moreau_force):
         torch.testing.assert_close(force_fn(w, zero, beta, lam), moreau_force(w, zero, beta, lam))
-
-
-def test_acceptance_statistic_harmonic_over_finite_times_finite_fraction():
-    prob = torch.tensor([1.0, 0.5, 0.0, 0.25])
-    finite = torch.tensor([True, True, False, True])
-    assert acceptance_statistic(prob, finite) == pytest.approx(0.75 * 3 / (1 + 2 + 4))
-    assert acceptance_statistic(prob, torch.zeros(4, dtype=torch.bool)) == 0.0
 
 
 def test_relative_hamiltonian_error():

@@ -139,6 +139,30 @@ def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_na
     torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-10 * float(g2.abs().max()))
 
 
+@needs_compiler
+def test_many_networks_in_one_process_all_run_compiled():
+    # dynamo keeps 8 variants of a function by default and then runs it eagerly, silently;
+    # the graphs are shared by every potential, so the ninth network (or a new thread count)
+    # must still compile: each new network captures one new graph
+    from torch._dynamo.utils import counters
+
+    x = torch.linspace(-1, 1, 7).unsqueeze(-1)
+    y = torch.sin(3 * x).squeeze(-1)
+    threads = torch.get_num_threads()
+    try:
+        for hidden in range(31, 41):
+            potential = BNNPotential(BNN(BNNSpec(layers=[Dense(hidden, "tanh"), Dense(1)], input_dim=1)), x, y, compile=True)
+            before = counters["stats"]["unique_graphs"]
+            potential.value_and_grad(torch.zeros(3, potential.dim))
+            assert counters["stats"]["unique_graphs"] == before + 1, hidden
+        torch.set_num_threads(threads + 1)  # a thread count is a new variant too
+        before = counters["stats"]["unique_graphs"]
+        potential.value_and_grad(torch.zeros(3, potential.dim))
+        assert counters["stats"]["unique_graphs"] == before + 1
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_compile_refused_where_there_is_no_analytic_path(float64):
     for name, (model, x, y) in _non_analytic_problems():
         with pytest.raises(ValueError, match="compile=True needs the analytic gradient"):
