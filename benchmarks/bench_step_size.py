@@ -3,7 +3,8 @@
 For ChEES-HMC and proximal HMC on small networks, 8 vectorized chains, several seeds: the
 target acceptance, the statistic the step size is steered by, after warm-up (the kernel's
 ``warmup_acceptance`` of each draw's acceptance probabilities, averaged over draws:
-``achieved``; for ChEES the harmonic mean over non-divergent chains), the plain mean
+``achieved``; the acceptance statistic of ``bnnzoo.inference.adaptation``: the fraction of
+chains kept times their harmonic-mean acceptance), the plain mean
 acceptance probability (over chains and draws: ``mean``) and its Monte Carlo standard error
 (batch means of the chain-averaged acceptance), the final step size, leapfrog steps per
 transition and divergences; medians over seeds per model and kernel.

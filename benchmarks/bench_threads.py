@@ -11,7 +11,8 @@ compiled leapfrog step (``compile=True``: what a long run spends its time in onc
 :data:`~bnnzoo.inference.threads.LOAD_TTL` seconds before, so auto's reading of the
 free cores is taken with it running, as a run started on a busy machine would). The settings
 alternate inside each round (``--rounds``), medians over rounds are reported,
-with each setting's ratio to the best setting of its row. Usage:
+with each setting's ratio to the best setting of its row ("auto picks": the count auto
+chose, or the counts and how many rounds chose each where they differed). Usage:
 ``python benchmarks/bench_threads.py [--rounds 5] [--device cpu]`` (threads matter on the CPU; on a
 GPU the rows time the device with each host thread count); writes
 ``benchmarks/results/threads.{json,md}``.
@@ -25,6 +26,7 @@ import multiprocessing as mp
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -52,6 +54,12 @@ def _problems():
             ("cosine MLP", BNN(zoo.cosine_mlp()), cosine, 8),
             ("cosine MLP", BNN(zoo.cosine_mlp()), cosine, 32),
             ("digits MLP", BNN(zoo.digits_mlp()), digits, 8)]
+
+
+def _picks(counts: list[int]) -> str:
+    """The counts auto picked over the rounds: ``"2"`` if always 2, else e.g. ``"2 (5x), 1 (2x)"``."""
+    tally = Counter(counts).most_common()
+    return str(tally[0][0]) if len(tally) == 1 else ", ".join(f"{c} ({n}x)" for c, n in tally)
 
 
 def measure(rounds: int, device="cpu") -> list[dict]:
@@ -87,7 +95,7 @@ def measure(rounds: int, device="cpu") -> list[dict]:
             med = {k: statistics.median(v) for k, v in times.items()}
             best = min(med.values())
             row = {"machine": load_name, "model": name, "chains": chains, "call": "compiled leapfrog step" if compiled else "gradient",
-                   "work": work, "auto picks": statistics.mode(auto_counts)}
+                   "work": work, "auto picks": _picks(auto_counts)}
             for label, t in med.items():
                 row[f"{label} (ms)"] = 1e3 * t
             row["auto / best"] = med["auto"] / best

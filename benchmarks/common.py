@@ -97,7 +97,8 @@ def write_results(name: str, payload: dict, table: str) -> tuple[Path, Path]:
     m = payload["machine"]
     gpu = f", bnnzoo on {m['device']} ({m['gpu']})" if "gpu" in m else ""
     md.write_text(f"{table}\n\nMeasured {m['date']} on {m['processor']} ({m['cpus']} CPUs){gpu}, "
-                  f"Python {m['python']}, torch {m['torch']} ({m['torch_threads']} threads).\n")
+                  f"Python {m['python']}, torch {m['torch']} (the script's intra-op threads: "
+                  f"{m['torch_threads']}; runs with threads=\"auto\" choose their own).\n")
     return js, md
 
 
