@@ -5,8 +5,8 @@ on a busy one: a batched gradient of a small network is dispatch-bound, and thre
 that must wait for a core held by another process only wait on each other (on a
 2-core machine with other work running, one such gradient took 10x longer with 2
 threads than with 1). On an idle machine a second thread pays from about
-:data:`SMALL_WORK` multiply-adds per gradient (20-50% on the cosine MLP with 8-32
-chains, compiled; ``benchmarks/bench_threads.py``). :func:`choose_threads` picks a
+:data:`SMALL_WORK` multiply-adds per gradient (10-70% on the cosine MLP with 8-32
+chains, eager and compiled; ``benchmarks/bench_threads.py``). :func:`choose_threads` picks a
 count from the work per gradient and the cores that are free now;
 :func:`using_threads` applies a count for the duration of a run and restores the
 caller's setting afterwards.
@@ -37,10 +37,12 @@ import torch
 __all__ = ["LOAD_TTL", "LOAD_WINDOW", "SMALL_WORK", "busy_cores", "check_threads", "choose_threads", "using_threads",
            "work_per_gradient"]
 
-#: multiply-adds per batched gradient below which one thread is used: on an idle 2-core
-#: machine a second thread neither paid nor cost at 3-25 thousand and paid 3-20% at 50-120
-#: thousand (cosine MLPs, 2-16 chains, eager and compiled; ``benchmarks/bench_threads.py``)
-SMALL_WORK = 30_000
+#: multiply-adds per batched gradient below which one thread is used. On an idle 2-core
+#: machine a second thread neither paid nor cost for the gradient alone at 3-50 thousand, and
+#: a whole eager batched-NUTS run of the demo (16 chains of a 1-10-1 MLP, 50 thousand) took
+#: 100 s on two threads against 78 s on one; it paid 10-25% from 120 thousand (the cosine MLP
+#: with 8 and 32 chains, eager and compiled; ``benchmarks/bench_threads.py``)
+SMALL_WORK = 100_000
 #: seconds over which :func:`busy_cores` measures the other processes' CPU use
 LOAD_WINDOW = 0.1
 #: seconds a reading of :func:`busy_cores` is reused for
