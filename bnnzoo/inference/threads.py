@@ -40,7 +40,7 @@ __all__ = ["LOAD_TTL", "LOAD_WINDOW", "SMALL_WORK", "busy_cores", "check_threads
 #: multiply-adds per batched gradient below which one thread is used. On an idle 2-core
 #: machine a second thread neither paid nor cost for the gradient alone at 3-50 thousand, and
 #: a whole eager batched-NUTS run of the demo (16 chains of a 1-10-1 MLP, 50 thousand) took
-#: 100 s on two threads against 78 s on one; it paid 10-25% from 120 thousand (the cosine MLP
+#: 100 s on two threads against 78 s on one; it paid 10-70% from 120 thousand (the cosine MLP
 #: with 8 and 32 chains, eager and compiled; ``benchmarks/bench_threads.py``)
 SMALL_WORK = 100_000
 #: seconds over which :func:`busy_cores` measures the other processes' CPU use
