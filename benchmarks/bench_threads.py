@@ -40,7 +40,6 @@ from bnnzoo.inference.threads import LOAD_TTL, _cores, choose_threads, work_per_
 from bnnzoo.models import BNN, zoo  # noqa: E402
 
 
-
 def _burn(stop) -> None:
     while not stop.is_set():
         sum(i * i for i in range(10_000))
