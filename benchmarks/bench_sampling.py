@@ -212,6 +212,7 @@ def main(argv=None):
     parser.add_argument("--modes", nargs="+", default=["default"], choices=["default", "eager", "compiled"],
                         help="bnnzoo ChEES rows: 'default' (no flags: compile='auto', threads='auto'), "
                              "'eager' (compile=False), 'compiled' (compile=True)")
+    parser.add_argument("--skip-numpyro", action="store_true", help="skip NumPyro's NUTS row")
     parser.add_argument("--skip-blackjax", action="store_true", help="skip BlackJAX's ChEES rows")
     parser.add_argument("--warm-cache", action="store_true",
                         help="keep the inductor cache of earlier processes (default: a fresh, empty one)")
@@ -231,7 +232,7 @@ def main(argv=None):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bnnzoo-inductor-")
     bench = Bench(args.model)
     plan, slow = [], []
-    if npm.AVAILABLE:
+    if npm.AVAILABLE and not args.skip_numpyro:
         plan.append(lambda seed: numpyro_nuts(bench, 2, args.draws, args.warmup, seed))
     for mode in args.modes:
         options = {"default": {}, "eager": {"compile": False}, "compiled": {"compile": True}}[mode]
@@ -302,7 +303,10 @@ def report(rows: list[dict], args, machine_info: dict | None = None) -> str:
                "ess_lp", "ess_f_min", "rhat_max", "nrhat_max", "ess_per_s", "ess_per_s_range", "ungated_ess_per_s", "vs_numpyro",
                "ungated_vs_numpyro", "vs_stock_pyro"]
     table = markdown_table(lines, columns)
-    table += (f"\n\nMedians over seeds 0..{args.seeds - 1} of each engine (runs interleaved); a run whose "
+    seeds = sorted({r["seed"] for r in rows})  # the seeds measured (a run cut short has fewer than asked)
+    span = (f"Medians over seeds {seeds[0]}..{seeds[-1]} of each engine" if len(seeds) > 1
+            else f"One run (seed {seeds[0]}) of each engine")
+    table += (f"\n\n{span} (runs interleaved); a run whose "
               f"R-hat exceeds {MAX_RHAT} or whose ESS is below {MIN_ESS:.0f} scores 0 ESS/s. "
               f"first_wall_s: the seed-0 run (the one that compiled from "
               f"{'a warm' if args.warm_cache else 'an empty'} inductor cache; NumPyro's first XLA "

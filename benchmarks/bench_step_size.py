@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.inference import ChEESHMC, ProximalHMC  # noqa: E402
 from bnnzoo.models import BNN, Laplace, zoo  # noqa: E402
-from common import machine, markdown_table, write_results  # noqa: E402
+from common import add_device_argument, machine, markdown_table, write_results  # noqa: E402
 
 KERNELS = {"chees": ChEESHMC, "proximal_hmc": ProximalHMC}
 
@@ -59,10 +59,11 @@ def batch_means_se(per_draw: np.ndarray, batches: int = 10) -> float:
     return float(means.std(ddof=1) / np.sqrt(batches))
 
 
-def run_one(spec, data: str, kernel: str, seed: int, warmup: int, samples: int, chains: int) -> dict:
+def run_one(spec, data: str, kernel: str, seed: int, warmup: int, samples: int, chains: int,
+            device="cpu") -> dict:
     ds = load(data, seed=0)
     pyro.set_rng_seed(seed)
-    k = KERNELS[kernel](BNN(spec), num_chains=chains)
+    k = KERNELS[kernel](BNN(spec), num_chains=chains, device=device)
     start = time.perf_counter()
     MCMC(k, num_samples=samples, warmup_steps=warmup, disable_progbar=True).run(ds.x_train, ds.y_train)
     seconds = time.perf_counter() - start
@@ -91,6 +92,7 @@ def main(argv=None) -> None:
     ap.add_argument("--models", default=None, help="comma-separated subset of cosine_mlp,demo,digits_mlp")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--name", default="step_size")
+    add_device_argument(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     if args.quick:
@@ -106,7 +108,7 @@ def main(argv=None) -> None:
             per_seed = []
             for seed in range(args.seeds):
                 r = {"model": model, "kernel": kernel, "seed": seed, "warmup": steps[0], "samples": steps[1],
-                     "chains": args.chains, **run_one(spec, data, kernel, seed, *steps, args.chains)}
+                     "chains": args.chains, **run_one(spec, data, kernel, seed, *steps, args.chains, args.device)}
                 print(f"{model:10s} {kernel:12s} seed {seed}: target {r['target']:.3f} achieved "
                       f"{r['achieved']:.3f}, mean {r['mean']:.3f} (se {r['se']:.3f}) step {r['step_size']:.3g} "
                       f"steps {r['n_steps']:.0f} div {r['divergences']} {r['seconds']:.0f}s", flush=True)
@@ -125,7 +127,7 @@ def main(argv=None) -> None:
     columns = list(rows[0])
     table = markdown_table(rows, columns)
     print(table)
-    payload = {"machine": machine(), "chains": args.chains, "seeds": args.seeds, "runs": runs, "summary": rows}
+    payload = {"machine": machine(args.device), "chains": args.chains, "seeds": args.seeds, "runs": runs, "summary": rows}
     js, md = write_results(args.name, payload, table)
     print(f"wrote {js} and {md}")
 

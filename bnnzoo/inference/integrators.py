@@ -71,6 +71,11 @@ class EnergyTracker:
         torch.maximum(self._high, energy, out=self._high)  # NaN propagates: it stays NaN
         torch.minimum(self._low, energy, out=self._low)
 
+    def load(self, other: "EnergyTracker") -> None:
+        """Take ``other``'s highest and lowest energy so far (in place: a captured graph's buffers stay)."""
+        self._high.copy_(other._high)
+        self._low.copy_(other._low)
+
     @property
     def max_error(self) -> Tensor:
         r""":math:`\max_t |H_t - H_0|` per chain so far; inf where a step was not finite."""

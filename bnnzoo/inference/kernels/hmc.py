@@ -23,6 +23,8 @@ import torch
 
 from ..adaptation import (DualAveraging, PooledVariance, acceptance_statistic, find_step_size, harmonic_mean_acceptance,
                           mass_windows)
+from .. import cuda_graphs
+from ..cuda_graphs import GraphedLeapfrog
 from ..integrators import EnergyTracker, kinetic_energy, leapfrog
 from ..tuning import resolve_target_accept
 from .base import BaseOptions, FlatKernel, metropolis_accept
@@ -107,6 +109,7 @@ class FixedStepHMC(FlatKernel):
         self.inv_mass: Tensor | None = None
         self._force_cache: tuple | None = None  # (theta, force_key, U, force)
         self._last_step: float | Tensor = self.step_size
+        self._graph: GraphedLeapfrog | None = None  # the leapfrog as a CUDA graph (_graphed)
 
     def prepare(self, theta: Tensor) -> None:
         self.inv_mass = theta.new_ones(theta.shape[-1])
@@ -136,6 +139,25 @@ class FixedStepHMC(FlatKernel):
         """One leapfrog step on the force, e.g. a potential's compiled step; None: the generic one."""
         return self.potential.leapfrog_step
 
+    def _graphed(self, theta: Tensor, step_fn, num_steps) -> GraphedLeapfrog | None:
+        """The kernel's :class:`~bnnzoo.inference.cuda_graphs.GraphedLeapfrog` where one applies: on
+        CUDA, a potential whose step may be captured (``graphable``), one step count for all chains."""
+        if (not theta.is_cuda or step_fn is None or not isinstance(num_steps, int) or num_steps < 1
+                or not getattr(self.potential, "graphable", False) or not cuda_graphs.enabled()):
+            return None
+        key = (self.potential, getattr(self.potential, "compile", None))
+        if self._graph is None or self._graph.key != key:
+            self._graph = GraphedLeapfrog(step_fn, key)
+        return self._graph
+
+    def notes(self) -> dict:
+        notes = super().notes()
+        if self._graph is not None:  # ran on CUDA with a graphable potential
+            g = self._graph
+            notes["cuda_graphs"] = (f"capture failed ({g.failed}); ran without graphs" if g.failed else
+                                    f"leapfrog steps replayed from {g.captures} captured CUDA graph(s)")
+        return notes
+
     def current(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`evaluate`, from the cache when ``theta`` is the chains' current point."""
         cache, key = self._force_cache, self.force_key()
@@ -156,9 +178,13 @@ class FixedStepHMC(FlatKernel):
         value, force = self.current(theta)
         energy = value + kinetic_energy(p, self.inv_mass)
         tracker = EnergyTracker(energy, self.inv_mass) if track_energy else None
-        theta_new, p_new, value_new, force_new = leapfrog(
-            theta, p, force, step, num_steps, self.evaluate, self.inv_mass, value, step=self.leapfrog_step_fn(),
-            track_energy=tracker)
+        step_fn = self.leapfrog_step_fn()
+        graphed = self._graphed(theta, step_fn, num_steps)
+        end = graphed.leapfrog(theta, p, force, step, num_steps, self.inv_mass, tracker) if graphed else None
+        if end is None:
+            end = leapfrog(theta, p, force, step, num_steps, self.evaluate, self.inv_mass, value, step=step_fn,
+                           track_energy=tracker)
+        theta_new, p_new, value_new, force_new = end
         energy_new = value_new + kinetic_energy(p_new, self.inv_mass)
         finite = torch.isfinite(energy_new) & torch.isfinite(theta_new).all(-1) & torch.isfinite(force_new).all(-1)
         inf = torch.full_like(energy, math.inf)

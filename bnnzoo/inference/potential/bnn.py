@@ -206,6 +206,13 @@ class BNNPotential(FlatPotential, AnalyticMixin):
             start += size
         return weights
 
+    @property
+    def graphable(self) -> bool:
+        """True when :meth:`leapfrog_step` may be captured as a CUDA graph
+        (:mod:`bnnzoo.inference.cuda_graphs`): the analytic gradient reads only the data and
+        the priors' fixed constants, and reads nothing on the host."""
+        return self.analytic
+
     def value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         """``U(theta)`` and ``dU/dtheta``: analytic when :attr:`analytic` (compiled when
         :attr:`compile`), else autograd."""

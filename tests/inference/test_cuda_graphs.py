@@ -1,0 +1,173 @@
+"""The leapfrog loop as a replayed CUDA graph (:mod:`bnnzoo.inference.cuda_graphs`).
+
+On the CPU a stand-in capture runs the step as it is, so the buffer logic (copy in, replay
+in place, copy out, one capture per shape, the fallback) is checked against
+:func:`~bnnzoo.inference.integrators.leapfrog` bit for bit; tests marked ``gpu`` capture
+real graphs and are skipped without CUDA.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from bnnzoo.data import load
+from bnnzoo.inference import run
+from bnnzoo.inference import cuda_graphs
+from bnnzoo.inference.checkpoint import restore_object, snapshot_object
+from bnnzoo.inference.cuda_graphs import GraphedLeapfrog
+from bnnzoo.inference.integrators import EnergyTracker, kinetic_energy, leapfrog
+from bnnzoo.inference.kernels import hmc
+from bnnzoo.inference.potential import BNNPotential, initial_theta
+from bnnzoo.models import BNN, zoo
+
+DATA = load("cosine", n_train=20, n_test=10)
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def as_is(fn):
+    """A stand-in for :func:`~bnnzoo.inference.cuda_graphs.cuda_capture`: the 'replay' runs ``fn``."""
+    fn()  # a capture runs the step beforehand too (its warm-up): the buffers must not care
+    return fn
+
+
+def _start(chains=4, seed=0):
+    potential = BNNPotential(BNN(zoo.cosine_mlp(hidden=5)), DATA.x_train, DATA.y_train)
+    torch.manual_seed(seed)
+    theta = initial_theta(potential, chains)
+    p = torch.randn_like(theta)
+    value, grad = potential.value_and_grad(theta)
+    return potential, theta, p, value, grad
+
+
+@pytest.mark.parametrize("step_size", [0.01, "per-chain"])
+def test_a_graphed_trajectory_is_the_plain_one(step_size):
+    potential, theta, p, value, grad = _start()
+    step = torch.full((4, 1), 0.01) * torch.linspace(0.5, 1.5, 4).unsqueeze(-1) if step_size == "per-chain" \
+        else step_size
+    inv_mass = torch.linspace(0.5, 2.0, theta.shape[-1])
+    energy = value + kinetic_energy(p, inv_mass)
+    plain_tracker, graph_tracker = EnergyTracker(energy, inv_mass), EnergyTracker(energy, inv_mass)
+    want = leapfrog(theta, p, grad, step, 7, potential.value_and_grad, inv_mass, value,
+                    step=potential.leapfrog_step, track_energy=plain_tracker)
+    graphed = GraphedLeapfrog(potential.leapfrog_step, capture=as_is)
+    got = graphed.leapfrog(theta, p, grad, step, 7, inv_mass, graph_tracker)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(graph_tracker.max_error, plain_tracker.max_error, rtol=0, atol=0)
+    assert graphed.captures == 1
+
+
+def test_what_comes_back_is_no_buffer_and_one_capture_serves_a_shape():
+    potential, theta, p, value, grad = _start()
+    graphed = GraphedLeapfrog(potential.leapfrog_step, capture=as_is)
+    inv_mass = torch.ones(theta.shape[-1])
+    first = [t.clone() for t in graphed.leapfrog(theta, p, grad, 0.01, 3, inv_mass)]
+    kept = graphed.leapfrog(theta, p, grad, 0.01, 3, inv_mass)
+    graphed.leapfrog(theta + 0.1, -p, grad, 0.02, 5, 2 * inv_mass)  # new start, step size, mass: same graph
+    for a, b in zip(kept, first):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)  # a later trajectory left them alone
+    assert graphed.captures == 1
+    _, theta8, p8, _, grad8 = _start(chains=8)
+    graphed.leapfrog(theta8, p8, grad8, 0.01, 2, inv_mass)
+    assert graphed.captures == 2  # another chain count: another graph
+
+
+def test_a_capture_that_fails_warns_once_and_hands_back():
+    potential, theta, p, value, grad = _start()
+
+    def broken(fn):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    graphed = GraphedLeapfrog(potential.leapfrog_step, capture=broken)
+    with pytest.warns(UserWarning, match="CUDA graph capture of the leapfrog step failed .*RuntimeError"):
+        assert graphed.leapfrog(theta, p, grad, 0.01, 3, torch.ones(theta.shape[-1])) is None
+    assert graphed.leapfrog(theta, p, grad, 0.01, 3, torch.ones(theta.shape[-1])) is None  # no second try
+    assert graphed.failed.startswith("RuntimeError")
+
+
+def test_a_checkpoint_keeps_no_captured_graph():
+    potential, theta, p, value, grad = _start()
+    graphed = GraphedLeapfrog(potential.leapfrog_step, key=False)
+    graphed._graphs["a shape"] = lambda: None  # stands for a captured graph: device state, not picklable
+    graphed.captures = 1
+    snapshot = snapshot_object(graphed, {"potential": potential})
+    back = restore_object(snapshot, {"potential": potential})
+    assert back._graphs == {} and back.captures == 1 and back.key is False
+    assert back.step.__self__ is potential  # stored by name, as a checkpoint stores the run's potential
+
+
+def test_the_environment_turns_graphs_off(monkeypatch):
+    monkeypatch.delenv(cuda_graphs.ENV, raising=False)
+    assert cuda_graphs.enabled()
+    monkeypatch.setenv(cuda_graphs.ENV, "0")
+    assert not cuda_graphs.enabled()
+
+
+def test_only_the_analytic_potential_is_graphable():
+    assert BNNPotential(BNN(zoo.cosine_mlp(hidden=3)), DATA.x_train, DATA.y_train).graphable
+    assert not BNNPotential(BNN(zoo.cosine_mlp(hidden=3)), DATA.x_train, DATA.y_train, analytic=False).graphable
+
+
+def _chees(**changes):
+    options = dict(engine="chees", num_chains=4, num_samples=5, warmup_steps=10, seed=3, progress=False)
+    return run(zoo.cosine_mlp(hidden=5), DATA, **{**options, **changes})
+
+
+def test_chees_through_graphed_trajectories_draws_what_it_drew_without(monkeypatch):
+    """The kernel's path (``FixedStepHMC.trajectory``) with the stand-in capture forced on the CPU."""
+    without = _chees()
+    made = []
+
+    def graphed_on_cpu(self, theta, step_fn, num_steps):
+        if step_fn is None or not isinstance(num_steps, int) or num_steps < 1:
+            return None
+        if self._graph is None:
+            self._graph = GraphedLeapfrog(step_fn, capture=as_is)
+            made.append(self._graph)
+        return self._graph
+
+    monkeypatch.setattr(hmc.FixedStepHMC, "_graphed", graphed_on_cpu)
+    with_graphs = _chees()
+    assert made and made[0].captures == 1
+    assert with_graphs.notes["cuda_graphs"] == "leapfrog steps replayed from 1 captured CUDA graph(s)"
+    assert "cuda_graphs" not in without.notes
+    for name, draws in without.samples.items():
+        np.testing.assert_array_equal(with_graphs.samples[name], draws)
+    np.testing.assert_array_equal(with_graphs.sample_stats["max_energy_error"],
+                                  without.sample_stats["max_energy_error"])
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("compile", [False, True])
+def test_chees_on_cuda_draws_the_same_with_and_without_graphs(monkeypatch, compile):
+    monkeypatch.setenv(cuda_graphs.ENV, "0")
+    without = _chees(device="cuda", compile=compile)
+    monkeypatch.setenv(cuda_graphs.ENV, "1")
+    captures = []
+    original = GraphedLeapfrog.leapfrog
+
+    def counted(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        captures.append((self.captures, self.failed))
+        return out
+
+    monkeypatch.setattr(GraphedLeapfrog, "leapfrog", counted)
+    with_graphs = _chees(device="cuda", compile=compile)
+    assert captures and all(failed is None for _, failed in captures)
+    assert with_graphs.notes["cuda_graphs"].startswith("leapfrog steps replayed from")
+    assert "cuda_graphs" not in without.notes
+    for name, draws in without.samples.items():
+        np.testing.assert_allclose(with_graphs.samples[name], draws, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+@GPU
+def test_a_checkpointed_run_on_cuda_saves_past_its_graphs_and_resumes(tmp_path):
+    plain = _chees(device="cuda")
+    saved = _chees(device="cuda", checkpoint=tmp_path / "run", checkpoint_every=2)
+    resumed = _chees(device="cuda", checkpoint=tmp_path / "run", resume=True)
+    assert saved.notes["cuda_graphs"].startswith("leapfrog steps replayed from")
+    for name, draws in plain.samples.items():
+        np.testing.assert_array_equal(saved.samples[name], draws)
+        np.testing.assert_array_equal(resumed.samples[name], draws)
