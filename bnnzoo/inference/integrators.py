@@ -71,6 +71,14 @@ class EnergyTracker:
         torch.maximum(self._high, energy, out=self._high)  # NaN propagates: it stays NaN
         torch.minimum(self._low, energy, out=self._low)
 
+    def bounds(self) -> tuple[Tensor, Tensor]:
+        """The highest and lowest energy so far, ``[C]`` each."""
+        return self._high, self._low
+
+    def set_bounds(self, high: Tensor, low: Tensor) -> None:
+        """Replace them, e.g. with what a compiled multi-step graph computed from :meth:`bounds`."""
+        self._high, self._low = high, low
+
     def load(self, other: "EnergyTracker") -> None:
         """Take ``other``'s highest and lowest energy so far (in place: a captured graph's buffers stay)."""
         self._high.copy_(other._high)

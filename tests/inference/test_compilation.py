@@ -8,6 +8,7 @@ import torch
 from bnnzoo.data import load
 from bnnzoo.inference import compilation, run
 from bnnzoo.inference.compilation import AutoCompile, CompileRecord, check_compile, pays_back
+from bnnzoo.inference.kernels import hmc
 from bnnzoo.inference.potential import BNNPotential
 from bnnzoo.models import BNN, zoo
 from tests.support.cases import needs_compiler
@@ -176,3 +177,29 @@ def test_a_graph_compiled_in_this_process_is_free_and_not_recorded(monkeypatch):
     potential.compile_seconds = 0.001  # the reused graph's "compile"
     policy.finish()
     assert CompileRecord().get(key) == 20.0  # the first compile's time stays the estimate
+
+
+@needs_compiler
+def test_compiled_trajectories_run_unrolled_and_draw_what_single_steps_draw(monkeypatch):
+    """A compiled run's trajectories go through ``leapfrog_steps`` (UNROLL steps a call, the
+    rest single steps) and give the draws of the single-step compiled graph."""
+    options = dict(engine="fixed_hmc", num_chains=4, num_samples=6, warmup_steps=2, seed=1, progress=False,
+                   compile=True, step_size=2e-3, num_steps=10)  # 10 = 2 calls of 4 + 2 single steps
+    calls = []
+    original = BNNPotential.leapfrog_steps
+
+    def counted(self, *args):
+        calls.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(BNNPotential, "leapfrog_steps", counted)
+    data = load("cosine", n_train=20, n_test=10)
+    unrolled = run(zoo.cosine_mlp(hidden=5), data, **options)
+    assert len(calls) == 2 * 8  # two per transition, 8 transitions
+    monkeypatch.setattr(hmc.FixedStepHMC, "_unrolled", lambda self, step_fn, num_steps: False)
+    single = run(zoo.cosine_mlp(hidden=5), data, **options)
+    for name, draws in single.samples.items():
+        torch.testing.assert_close(torch.as_tensor(unrolled.samples[name]), torch.as_tensor(draws),
+                                   rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.as_tensor(unrolled.sample_stats["max_energy_error"]),
+                               torch.as_tensor(single.sample_stats["max_energy_error"]), rtol=1e-4, atol=1e-5)

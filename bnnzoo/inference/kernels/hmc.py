@@ -26,6 +26,7 @@ from ..adaptation import (DualAveraging, PooledVariance, acceptance_statistic, f
 from .. import cuda_graphs
 from ..cuda_graphs import GraphedLeapfrog
 from ..integrators import EnergyTracker, kinetic_energy, leapfrog
+from ..potential.analytic import UNROLL
 from ..tuning import resolve_target_accept
 from .base import BaseOptions, FlatKernel, metropolis_accept
 from ..options import flag, fraction, integer, option, optional, positive
@@ -150,6 +151,27 @@ class FixedStepHMC(FlatKernel):
             self._graph = GraphedLeapfrog(step_fn, key)
         return self._graph
 
+    def _unrolled(self, step_fn, num_steps) -> bool:
+        """True where the compiled multi-step graph applies: the potential's own compiled step, one
+        step count for all chains, at least :data:`~bnnzoo.inference.potential.analytic.UNROLL` steps."""
+        return (isinstance(num_steps, int) and num_steps >= UNROLL and getattr(self.potential, "compile", False)
+                and step_fn == getattr(self.potential, "leapfrog_step", None))
+
+    def _unrolled_leapfrog(self, theta, p, grad, step, num_steps, step_fn, tracker):
+        """``num_steps`` steps as calls of the potential's compiled ``leapfrog_steps`` (UNROLL steps
+        each) and single steps for the rest: the same trajectory as :func:`leapfrog`."""
+        blocks, rest = divmod(num_steps, UNROLL)
+        high, low = tracker.bounds() if tracker is not None else (grad.new_zeros(len(grad)), grad.new_zeros(len(grad)))
+        for _ in range(blocks):
+            theta, p, value, grad, high, low = self.potential.leapfrog_steps(theta, p, grad, step, self.inv_mass,
+                                                                             high, low)
+        if tracker is not None:
+            tracker.set_bounds(high, low)
+        if rest:
+            return leapfrog(theta, p, grad, step, rest, self.evaluate, self.inv_mass, value, step=step_fn,
+                            track_energy=tracker)
+        return theta, p, value, grad
+
     def notes(self) -> dict:
         notes = super().notes()
         if self._graph is not None:  # ran on CUDA with a graphable potential
@@ -181,6 +203,8 @@ class FixedStepHMC(FlatKernel):
         step_fn = self.leapfrog_step_fn()
         graphed = self._graphed(theta, step_fn, num_steps)
         end = graphed.leapfrog(theta, p, force, step, num_steps, self.inv_mass, tracker) if graphed else None
+        if end is None and self._unrolled(step_fn, num_steps):
+            end = self._unrolled_leapfrog(theta, p, force, step, num_steps, step_fn, tracker)
         if end is None:
             end = leapfrog(theta, p, force, step, num_steps, self.evaluate, self.inv_mass, value, step=step_fn,
                            track_energy=tracker)

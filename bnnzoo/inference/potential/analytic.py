@@ -22,7 +22,7 @@ import torch
 from ...models.bnn import ACTIVATION_FUNCTIONS
 from ...models.likelihoods import Bernoulli, Categorical, GaussianLikelihood
 from ...models.spec import Dense
-from ..integrators import leapfrog_step
+from ..integrators import kinetic_energy, leapfrog_step
 
 if TYPE_CHECKING:
     from .bnn import BNNPotential
@@ -189,6 +189,21 @@ def _leapfrog_step_graph(potential: BNNPotential, theta, p, grad, step_size, inv
     return leapfrog_step(theta, p, grad, step_size, inv_mass, lambda t: _value_and_grad_graph(potential, t))
 
 
+#: leapfrog steps one call of the compiled ``leapfrog_steps`` graph runs: a call's Python and
+#: dispatch cost (tens of microseconds, as much as a small network's step) is paid once for them
+UNROLL = 4
+
+
+def _leapfrog_steps_graph(potential: BNNPotential, theta, p, grad, step_size, inv_mass, high, low):
+    """:data:`UNROLL` leapfrog steps and the running highest and lowest energy over them
+    (:class:`~bnnzoo.inference.integrators.EnergyTracker`'s update; NaN propagates)."""
+    for _ in range(UNROLL):
+        theta, p, value, grad = _leapfrog_step_graph(potential, theta, p, grad, step_size, inv_mass)
+        energy = value + kinetic_energy(p, inv_mass)
+        high, low = torch.maximum(high, energy), torch.minimum(low, energy)
+    return theta, p, value, grad, high, low
+
+
 #: variants (networks, shapes, thread counts) of each compiled graph one process may hold
 RECOMPILE_LIMIT = 128
 
@@ -198,5 +213,6 @@ def _compiled(name: str):
     """The compiled graph functions, made once per process: the potential is an argument,
     so a new potential of the same network (same shapes, priors and likelihood) reuses
     the graph; dynamo's guards recompile when they differ."""
-    graph = {"value_and_grad": _value_and_grad_graph, "leapfrog_step": _leapfrog_step_graph}[name]
+    graph = {"value_and_grad": _value_and_grad_graph, "leapfrog_step": _leapfrog_step_graph,
+             "leapfrog_steps": _leapfrog_steps_graph}[name]
     return torch.compile(graph, dynamic=False)

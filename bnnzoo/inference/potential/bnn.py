@@ -230,6 +230,15 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         step_size = torch.as_tensor(step_size, dtype=theta.dtype, device=theta.device)
         return self._run_compiled("leapfrog_step", theta, p, grad, step_size, inv_mass)
 
+    def leapfrog_steps(self, theta, p, grad, step_size, inv_mass, high, low):
+        """:data:`~bnnzoo.inference.potential.analytic.UNROLL` leapfrog steps as one compiled graph
+        (only with :attr:`compile`), and the running highest and lowest energy ``high``, ``low``
+        ``[C]`` over them: ``(theta', p', U', grad U', high', low')``."""
+        if not self.compile:
+            raise RuntimeError("leapfrog_steps runs the compiled graph: build the potential with compile=True")
+        step_size = torch.as_tensor(step_size, dtype=theta.dtype, device=theta.device)
+        return self._run_compiled("leapfrog_steps", theta, p, grad, step_size, inv_mass, high, low)
+
     def minibatch_value_and_grad(self, theta: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Unbiased minibatch estimate of ``U`` and its gradient (likelihood scaled by N/B)."""
         if self.analytic and (rows.dim() == 1 or rows.shape[:-1] == theta.shape[:-1]):

@@ -9,7 +9,9 @@ import pyro.distributions as dist
 import pytest
 import torch
 
+from bnnzoo.inference.integrators import EnergyTracker, kinetic_energy, leapfrog
 from bnnzoo.inference.potential import BNNPotential, PyroPotential, make_potential
+from bnnzoo.inference.potential.analytic import UNROLL
 from bnnzoo.models import BNN, BNNSpec, Dense
 from tests.inference.potential.problems import cnn_problem, make_data, mlp_problem, random_points
 from tests.support.cases import LIKELIHOODS, PRIORS, needs_compiler
@@ -131,6 +133,18 @@ def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_na
     spent = compiled.compile_seconds
     compiled.leapfrog_step(theta, p, grad, 0.02, inv_mass)
     assert compiled.compile_seconds == spent  # same shapes: no compiling call
+    # UNROLL steps as one graph, with the running energy bounds of EnergyTracker
+    energy = eager.value_and_grad(theta)[0] + kinetic_energy(p, inv_mass)
+    tracker = EnergyTracker(energy, inv_mass)
+    slow = leapfrog(theta, p, grad, 0.01, UNROLL, eager.value_and_grad, inv_mass, step=eager.leapfrog_step,
+                    track_energy=tracker)
+    *fast, high, low = compiled.leapfrog_steps(theta, p, grad, 0.01, inv_mass, *EnergyTracker(energy, inv_mass).bounds())
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
+    for a, b in zip((high, low), tracker.bounds()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
+    with pytest.raises(RuntimeError, match="leapfrog_steps runs the compiled graph"):
+        eager.leapfrog_steps(theta, p, grad, 0.01, inv_mass, high, low)
     # another data set of the same shapes reuses the graph: the data are inputs, not constants
     shifted = (x + 1.0, y.flip(0))
     v1, g1 = BNNPotential(model, *shifted, compile=True).value_and_grad(theta)
