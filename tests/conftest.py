@@ -10,6 +10,16 @@ warnings.filterwarnings("ignore", message="num_chains=.*available_cpu")
 warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
 
 
+@pytest.fixture(autouse=True)
+def compiled_nothing_yet(monkeypatch):
+    """Each test starts as if this process had compiled no graph: a ``compile="auto"`` run whose
+    network another test compiled would otherwise compile at its first iteration (the graphs are
+    reused), and a test's draws would depend on the order the tests ran in."""
+    from bnnzoo.inference import compilation
+
+    monkeypatch.setattr(compilation, "_COMPILED_HERE", set())
+
+
 @pytest.fixture
 def float64():
     """Run a test with float64 as torch's default dtype (restored afterwards)."""

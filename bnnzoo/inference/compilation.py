@@ -8,16 +8,23 @@ about 20 s with an empty inductor cache and about 3 s with a warm one. Whether t
 depends on how long the run is, which for ChEES is not known before warm-up has set the
 trajectory length. So :class:`AutoCompile` decides during the run:
 
-1. the run starts eagerly;
-2. at the *decision point* (after the first mass-matrix window of warm-up plus
-   :data:`PROBE` iterations, or after :data:`PROBE` iterations where there is no window)
-   it measures the eager seconds per leapfrog step over the last :data:`PROBE`
-   iterations and projects the rest of the run at the current steps per iteration;
-3. it compiles when the projected saving, :math:`t_\text{rest}(1 - 1/s)` with
-   :data:`ASSUMED_SPEEDUP` :math:`s`, exceeds the expected compile time: none if this
-   process compiled the same network and batch already (the graph is reused), else the
-   time the last first compile of it took on this machine (recorded in the cache
-   folder), else :data:`COLD_SECONDS`.
+1. if this process has compiled the same network and batch already (any run, ``compile=True``
+   or ``"auto"``), the graphs are reused and cost nothing: the run compiles at its first
+   iteration;
+2. otherwise the run starts eagerly, and at the *decision point* (after the first
+   mass-matrix window of warm-up plus :data:`PROBE` iterations, or after :data:`PROBE`
+   iterations where there is no window) it measures the eager seconds per leapfrog step
+   over the last :data:`PROBE` iterations and projects the rest of the run at their mean
+   steps per iteration (ChEES jitters its step count from one iteration to the next);
+3. it compiles when the projected saving, :math:`t_\text{rest}(1 - 1/s)`, exceeds the
+   expected compile time: the time the last first compile of it took on this machine,
+   else :data:`COLD_SECONDS`. The speed-up :math:`s` is the one measured for this network
+   and batch on this machine, else an assumed one (:func:`assumed_speedup`: 4 for a small,
+   dispatch-bound network, 2 for a larger one);
+4. a run that compiled measures its compiled seconds per leapfrog step over the
+   :data:`PROBE` iterations after the compiling one, and records the compile time and
+   the speed-up over the eager seconds it measured before (``compile_seconds.json`` in
+   the cache folder) for the next run's decision.
 
 The inductor cache lives in ``~/.cache/bnnzoo/inductor`` (``$BNNZOO_CACHE/inductor``)
 unless ``TORCHINDUCTOR_CACHE_DIR`` is set, so a second process pays only the warm-cache
@@ -39,21 +46,34 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ASSUMED_SPEEDUP", "AutoCompile", "COLD_SECONDS", "CHOICES", "PROBE", "cache_dir", "check_compile",
-           "compiler_available", "pays_back"]
+from .threads import work_per_gradient
+
+__all__ = ["ASSUMED_SPEEDUP", "ASSUMED_SPEEDUP_SMALL", "AutoCompile", "DISPATCH_BOUND_WORK", "COLD_SECONDS", "CHOICES", "PROBE", "SPEEDUP_RANGE", "cache_dir",
+           "check_compile", "compiled_here", "compiler_available", "pays_back"]
 
 #: the values of ``compile``
 CHOICES = (True, False, "auto")
-#: eager / compiled seconds per leapfrog step assumed by the rule: the smallest measured
-#: ratio was 2.3 (digits MLP), the cosine MLP's 3.1 (``benchmarks/results/gradient.md``)
+#: eager / compiled seconds per leapfrog step assumed where none was measured on this machine,
+#: for a network above :data:`DISPATCH_BOUND_WORK`: the digits MLP's gradient (209 million
+#: multiply-adds at 8 chains) ran 2.3x faster compiled (``benchmarks/results/gradient.md``)
 ASSUMED_SPEEDUP = 2.0
+#: ... and at or below it, where the eager step is bound by dispatch, for a kernel whose
+#: fixed-length trajectories run the four-step graph: whole ChEES runs of the cosine MLP
+#: (121k-483k multiply-adds at 8-32 chains) measured 3.2-5.7x
+ASSUMED_SPEEDUP_SMALL = 4.0
+#: multiply-adds of one batched forward pass (:func:`~bnnzoo.inference.threads.work_per_gradient`)
+DISPATCH_BOUND_WORK = 1_000_000
+#: the range a recorded speed-up is trusted in (a noisy measurement must not make a run
+#: compile for a saving it cannot have, or never compile again)
+SPEEDUP_RANGE = (1.0, 10.0)
 #: seconds a first compile is expected to take with no record on this machine
 #: (19-25 s measured with an empty inductor cache)
 COLD_SECONDS = 25.0
 #: iterations measured before deciding
 PROBE = 10
-#: signatures compiled in this process: their graphs are reused, so a second run here pays
-#: (almost) nothing, and its tiny compile time must not become the estimate for a new process
+#: signatures compiled in this process (:func:`compiled_here`): their graphs are reused, so a
+#: second run here pays (almost) nothing, and its tiny compile time must not become the
+#: estimate for a new process
 _COMPILED_HERE: set[str] = set()
 
 
@@ -86,8 +106,8 @@ def pays_back(rest_seconds: float, compile_seconds: float, speedup: float = ASSU
 
 
 class CompileRecord:
-    """Seconds the last compile of each network and batch took on this machine
-    (``cache_dir()/compile_seconds.json``); unreadable or missing: no record."""
+    """Seconds the last compile of each network and batch took on this machine and the speed-up
+    it gave (``cache_dir()/compile_seconds.json``); unreadable or missing: no record."""
 
     def __init__(self, path: Path | None = None):
         self.path = path or cache_dir() / "compile_seconds.json"
@@ -98,12 +118,27 @@ class CompileRecord:
         except (OSError, ValueError):
             return {}
 
-    def get(self, key: str) -> float | None:
+    def _entry(self, key: str) -> dict:
         value = self._read().get(key)
+        if isinstance(value, (int, float)):  # the older format: the seconds alone
+            return {"seconds": float(value)}
+        return value if isinstance(value, dict) else {}
+
+    def get(self, key: str) -> float | None:
+        """The recorded compile seconds, or None."""
+        value = self._entry(key).get("seconds")
         return float(value) if isinstance(value, (int, float)) else None
 
-    def put(self, key: str, seconds: float) -> None:
-        records = {**self._read(), key: round(float(seconds), 3)}
+    def speedup(self, key: str) -> float | None:
+        """The recorded eager / compiled seconds per leapfrog step, or None."""
+        value = self._entry(key).get("speedup")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    def put(self, key: str, seconds: float, speedup: float | None = None) -> None:
+        entry = {"seconds": round(float(seconds), 3)}
+        if speedup is not None:
+            entry["speedup"] = round(float(speedup), 2)
+        records = {**self._read(), key: entry}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
@@ -123,13 +158,32 @@ def signature(potential, theta: torch.Tensor) -> str:
             f"batch={tuple(theta.shape)} | {theta.dtype}")
 
 
+def compiled_here(potential, theta: torch.Tensor) -> None:
+    """Note that this process compiled ``potential``'s graphs for ``theta``'s batch (called by
+    the potential after a compiling call): a later ``compile="auto"`` run of them compiles at once."""
+    _COMPILED_HERE.add(signature(potential, theta))
+
+
+def assumed_speedup(potential, theta: torch.Tensor, multi_step: bool = True) -> float:
+    """The speed-up assumed for a network no run on this machine has measured:
+    :data:`ASSUMED_SPEEDUP_SMALL` up to :data:`DISPATCH_BOUND_WORK` multiply-adds per batched
+    forward pass where the kernel runs the four-step graph (``multi_step``), else
+    :data:`ASSUMED_SPEEDUP`."""
+    if not multi_step:
+        return ASSUMED_SPEEDUP
+    chains = int(theta[..., 0].numel()) if theta.dim() > 1 else 1
+    work = work_per_gradient(potential.model, potential.num_data, chains)
+    return ASSUMED_SPEEDUP_SMALL if work is not None and work <= DISPATCH_BOUND_WORK else ASSUMED_SPEEDUP
+
+
 class AutoCompile:
     """The ``compile="auto"`` decision for one run of a batched HMC kernel (module docstring).
 
     The kernel calls :meth:`observe` after each transition with the leapfrog steps it took.
     ``total_iterations`` is warm-up plus draws; ``decide_at`` the iteration of the decision."""
 
-    def __init__(self, potential, total_iterations: int, decide_at: int, record: CompileRecord | None = None):
+    def __init__(self, potential, total_iterations: int, decide_at: int, record: CompileRecord | None = None,
+                 multi_step: bool = True):
         self.potential = potential
         self.total_iterations = int(total_iterations)
         self.decide_at = int(decide_at)
@@ -139,6 +193,13 @@ class AutoCompile:
         self.compiled = False
         self._window: list[tuple[float, int]] = []  # (time after the transition, its leapfrog steps)
         self._key: str | None = None
+        self._fresh = False  # this run compiles the graphs first in this process
+        self._eager_per_step: float | None = None
+        self._compiled_at: int | None = None
+        self.speedup: float | None = None  # measured by this run
+        self._compile_clock = 0.0
+        self._assumed = ASSUMED_SPEEDUP
+        self.multi_step = multi_step  # the kernel runs the compiled four-step graph (assumed_speedup)
         if not getattr(potential, "analytic", False):
             self.decision = "auto: eager (the model has no analytic gradient to compile)"
         elif not compiler_available():
@@ -151,26 +212,59 @@ class AutoCompile:
         if self.decision is not None:
             if self.compiled and not self.potential.compile:  # a resumed run's fresh potential
                 self._compile()
+            elif self._compiled_at is not None and self.speedup is None:
+                self._measure_compiled(steps)
             return
+        if self._key is None:
+            self._key = signature(self.potential, theta)
+            self._assumed = assumed_speedup(self.potential, theta, self.multi_step)
+            if self._key in _COMPILED_HERE:
+                self._compile()
+                self.decision = (f"auto: compiled at iteration {self.iteration} (this process has compiled "
+                                 "this network and batch already)")
+                return
         self._window = (self._window + [(time.perf_counter(), int(steps))])[-(PROBE + 1):]
         if self.iteration >= self.decide_at and len(self._window) > PROBE:
-            self._decide(theta)
+            self._decide()
 
-    def _decide(self, theta: torch.Tensor) -> None:
+    def _decide(self) -> None:
         (start, _), rest = self._window[0], self._window[1:]
-        per_step = (rest[-1][0] - start) / max(sum(s for _, s in rest), 1)
-        rest_seconds = (self.total_iterations - self.iteration) * rest[-1][1] * per_step
-        self._key = signature(self.potential, theta)
+        steps = sum(s for _, s in rest)
+        per_step = (rest[-1][0] - start) / max(steps, 1)
+        rest_seconds = (self.total_iterations - self.iteration) * steps / len(rest) * per_step
         recorded = self.record.get(self._key)
-        expected = 0.0 if self._key in _COMPILED_HERE else COLD_SECONDS if recorded is None else recorded
+        expected = COLD_SECONDS if recorded is None else recorded
+        measured = self.record.speedup(self._key)
+        speedup = self._assumed if measured is None else min(max(measured, SPEEDUP_RANGE[0]), SPEEDUP_RANGE[1])
         numbers = (f"at iteration {self.iteration}: eager {per_step * 1e3:.2g} ms per leapfrog step, about "
-                   f"{rest_seconds:.0f} s left eagerly, compile expected {expected:.1f} s")
-        if pays_back(rest_seconds, expected):
+                   f"{rest_seconds:.0f} s left eagerly, compile expected {expected:.1f} s, speed-up "
+                   f"{speedup:.2g}x {'assumed' if measured is None else 'measured here before'}")
+        if pays_back(rest_seconds, expected, speedup):
+            self._fresh = self._key not in _COMPILED_HERE  # another run may have compiled it meanwhile
+            self._eager_per_step, self._compiled_at = per_step, self.iteration
             self._compile()
             self.decision = f"auto: compiled {numbers}"
         else:
             self.decision = f"auto: eager ({numbers})"
         self._window = []
+
+    def _measure_compiled(self, steps: int) -> None:
+        """The compiled seconds per step over the PROBE iterations after the compiling one, less
+        the time of any compiling call among them (a graph first needed there, e.g. another shape)."""
+        if self.iteration == self._compiled_at + 1:  # the iteration that compiled: its end starts the clock
+            self._window = [(time.perf_counter(), 0)]
+            self._compile_clock = self._compile_time()
+            return
+        self._window.append((time.perf_counter(), int(steps)))
+        if len(self._window) > PROBE:
+            total = sum(s for _, s in self._window[1:])
+            seconds = self._window[-1][0] - self._window[0][0] - (self._compile_time() - self._compile_clock)
+            if seconds > 0:
+                self.speedup = self._eager_per_step / (seconds / max(total, 1))
+            self._window = []
+
+    def _compile_time(self) -> float:
+        return float(getattr(self.potential, "compile_seconds", 0.0))
 
     def _compile(self) -> None:
         use_persistent_inductor_cache()
@@ -179,9 +273,8 @@ class AutoCompile:
     def finish(self) -> None:
         """After the run: record this compile's time for the next estimate."""
         seconds = getattr(self.potential, "compile_seconds", 0.0)
-        if self._key is not None and self.potential.compile and seconds > 0 and self._key not in _COMPILED_HERE:
-            self.record.put(self._key, seconds)
-            _COMPILED_HERE.add(self._key)
+        if self._fresh and self.potential.compile and seconds > 0:
+            self.record.put(self._key, seconds, self.speedup or self.record.speedup(self._key))
 
     def note(self) -> str:
         return self.decision or f"auto: eager (the run ended before the decision at iteration {self.decide_at})"

@@ -101,7 +101,9 @@ def _auto_compile(kernel, potential: FlatPotential, warmup_steps: int, num_sampl
     after the first ``PROBE + 1`` where the kernel has none. ``runs``: chains run one after another."""
     windows = mass_windows(warmup_steps) if getattr(kernel.options, "adapt_mass_matrix", False) else []
     decide_at = (windows[0][1] if windows else 1) + PROBE
-    return AutoCompile(potential, (warmup_steps + num_samples) * runs, decide_at)
+    multi_step = (getattr(kernel, "multi_step_graph", False)
+                  and kernel.leapfrog_step_fn() == getattr(potential, "leapfrog_step", None))
+    return AutoCompile(potential, (warmup_steps + num_samples) * runs, decide_at, multi_step=multi_step)
 
 
 def _progress(engine, progress: bool, warmup_steps: int, num_samples: int, chains: int) -> dict:

@@ -162,9 +162,11 @@ class ChEESHMC(AdaptiveHMC):
     def after_mass_change(self, theta: Tensor, settled_step_size: float) -> None:
         if self.options.adapt_trajectory and self._guess_trajectory_length:
             # near leapfrog's stability limit the stiffest directions swing and fake a U-turn
-            # within a few steps: integrate at the smaller of dual averaging's current iterate
-            # and the step size it had settled on (its average)
-            self.trajectory_length = self.u_turn_time(theta, min(settled_step_size, self.step_size))
+            # within a few steps: integrate at half the smaller of dual averaging's current
+            # iterate and the step size it had settled on (its average), over as long a time
+            # as max_leapfrog_steps steps of that smaller size
+            step_size = min(settled_step_size, self.step_size) / 2
+            self.trajectory_length = self.u_turn_time(theta, step_size, 2 * self.options.max_leapfrog_steps)
             self._adam = ScalarAdam()
 
     def end_warmup(self) -> None:
@@ -172,11 +174,11 @@ class ChEESHMC(AdaptiveHMC):
         if self.options.adapt_trajectory and self._length_count:
             self.trajectory_length = math.exp(self._log_length_avg)
 
-    def u_turn_time(self, theta: Tensor, step_size: float | None = None) -> float:
+    def u_turn_time(self, theta: Tensor, step_size: float | None = None, max_steps: int | None = None) -> float:
         r"""Median over chains of the time at which a trajectory from ``theta`` (fresh
         momentum, the current mass, ``step_size`` or the current one) first turns back,
         :math:`(\theta_t - \theta_0)^\top M^{-1} p_t < 0` (the no-U-turn criterion),
-        capped at ``max_leapfrog_steps`` steps.
+        capped at ``max_steps`` steps (default ``max_leapfrog_steps``).
 
         ChEES starts from it at each mass update when no ``trajectory_length`` was
         given: Adam moves :math:`\log T` by about its learning rate per step, so from
@@ -185,7 +187,7 @@ class ChEESHMC(AdaptiveHMC):
         step_size = step_size or self.step_size
         value, grad = self.current(theta)
         x, p = theta, self.momentum(theta)
-        cap = self.options.max_leapfrog_steps
+        cap = max_steps or self.options.max_leapfrog_steps
         turned = torch.full(theta.shape[:-1], cap, dtype=torch.long, device=theta.device)
         for step in range(1, cap + 1):
             x, p, value, grad = leapfrog(x, p, grad, step_size, 1, self.evaluate, self.inv_mass, value,

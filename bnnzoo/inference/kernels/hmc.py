@@ -103,6 +103,9 @@ class FixedStepHMC(FlatKernel):
                   "n_steps", "lp")
     #: a :class:`~bnnzoo.inference.compilation.AutoCompile` (``compile="auto"``), set by the driver
     compile_policy = None
+    #: whether a compiled potential's trajectories run its four-step graph (fixed-length
+    #: trajectories on the potential's own step; ``compile="auto"`` assumes more speed-up then)
+    multi_step_graph = True
 
     def _reset(self) -> None:
         super()._reset()

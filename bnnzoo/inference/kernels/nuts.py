@@ -123,6 +123,7 @@ class BatchedNUTS(FixedStepHMC):
     stat_names = FixedStepHMC.stat_names + ("tree_depth", "reached_max_tree_depth")
 
     target_family = "batched_nuts"
+    multi_step_graph = False  # trees grow a step at a time
     target_accept = AdaptiveHMC.target_accept  # options.target_accept, or the one recommended for NUTS
 
     def _reset(self) -> None:

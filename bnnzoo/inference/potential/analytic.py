@@ -22,6 +22,7 @@ import torch
 from ...models.bnn import ACTIVATION_FUNCTIONS
 from ...models.likelihoods import Bernoulli, Categorical, GaussianLikelihood
 from ...models.spec import Dense
+from ..compilation import compiled_here
 from ..integrators import kinetic_energy, leapfrog_step
 
 if TYPE_CHECKING:
@@ -178,6 +179,7 @@ class AnalyticMixin:
             return getattr(self, name)(*args)
         self.compile_seconds += time.perf_counter() - start
         self._compiled_keys.add(key)
+        compiled_here(self, args[0])
         return out
 
 

@@ -208,3 +208,22 @@ def test_u_turn_time_is_half_a_period_of_the_gaussian_dynamics():
     assert abs(kernel.u_turn_time(theta) - math.pi * sd) < 0.1 * math.pi * sd
     kernel.inv_mass = torch.full((dim,), sd ** 2)
     assert abs(kernel.u_turn_time(theta, step_size=0.005) - math.pi) < 0.1 * math.pi
+
+
+def test_the_u_turn_restart_is_not_fooled_by_steps_near_the_stability_limit():
+    """Half the coordinates stiff (sd 0.01) and a step size just below leapfrog's limit 2 sd:
+    their momenta swing with a tenfold amplitude and the criterion turns back after one step,
+    though the slow half (sd 1) turns at t ~ pi. The restart integrates at half the step size."""
+    torch.manual_seed(0)
+    dim, step_size = 100, 0.01998
+    sds = np.ones(dim)
+    sds[:50] = 0.01
+    kernel = ChEESHMC(potential=GaussianTarget(np.zeros(dim), np.diag(sds ** 2)), num_chains=16,
+                      step_size=step_size, max_leapfrog_steps=1000)
+    kernel._reset()
+    theta = torch.as_tensor(sds, dtype=torch.get_default_dtype()) * torch.randn(16, dim)
+    kernel.inv_mass = torch.ones(dim)
+    assert kernel.u_turn_time(theta) < 2 * step_size  # the fake turn at the step size itself
+    kernel._guess_trajectory_length = True
+    kernel.after_mass_change(theta, settled_step_size=step_size)
+    assert abs(kernel.trajectory_length - math.pi) < 0.1 * math.pi
