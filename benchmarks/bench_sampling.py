@@ -19,6 +19,9 @@ Compile times count: a compiled run's wall time includes its compiling calls
 (also reported alone, ``compile_s``), and the inductor cache starts empty (a
 fresh directory) unless ``--warm-cache``, so the first compiled run pays the
 full C++ build, as NumPyro's and BlackJAX's first runs pay their XLA compilation.
+bnnzoo's record of compile times and speed-ups (``compile="auto"``'s estimates,
+``$BNNZOO_CACHE``) starts empty with it, so the decisions do not depend on what
+earlier processes on this machine left there.
 
 Usage: ``python benchmarks/bench_sampling.py [--model cosine] [--draws 1000] [--warmup 500]
 [--chees-chains 8 16 32] [--nuts-chains 8] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1] [--modes default eager compiled]
@@ -229,7 +232,8 @@ def main(argv=None):
         return
     torch.set_num_threads(1)
     if not args.warm_cache:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bnnzoo-inductor-")
+        os.environ["BNNZOO_CACHE"] = tempfile.mkdtemp(prefix="bnnzoo-cache-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(os.environ["BNNZOO_CACHE"], "inductor")
     bench = Bench(args.model)
     plan, slow = [], []
     if npm.AVAILABLE and not args.skip_numpyro:
@@ -309,7 +313,7 @@ def report(rows: list[dict], args, machine_info: dict | None = None) -> str:
     table += (f"\n\n{span} (runs interleaved); a run whose "
               f"R-hat exceeds {MAX_RHAT} or whose ESS is below {MIN_ESS:.0f} scores 0 ESS/s. "
               f"first_wall_s: the seed-0 run (the one that compiled from "
-              f"{'a warm' if args.warm_cache else 'an empty'} inductor cache; NumPyro's first XLA "
+              f"{'a warm' if args.warm_cache else 'an empty'} inductor cache and compile record; NumPyro's first XLA "
               f"compilation); first_compile_s: its time in compiling calls, included in its wall time "
               f"(later runs reuse the graphs). ungated_ess_per_s: min ESS / wall time without the gate "
               f"(ungated_vs_numpyro: its ratio to NumPyro's, a hint only where runs have not converged); "
