@@ -48,8 +48,9 @@ import torch
 
 from .threads import work_per_gradient
 
-__all__ = ["ASSUMED_SPEEDUP", "ASSUMED_SPEEDUP_SMALL", "AutoCompile", "DISPATCH_BOUND_WORK", "COLD_SECONDS", "CHOICES", "PROBE", "SPEEDUP_RANGE", "cache_dir",
-           "check_compile", "compiled_here", "compiler_available", "pays_back"]
+__all__ = ["ASSUMED_SPEEDUP", "ASSUMED_SPEEDUP_SMALL", "AutoCompile", "CHOICES", "COLD_SECONDS", "DISPATCH_BOUND_WORK",
+           "PROBE", "SPEEDUP_RANGE", "assumed_speedup", "cache_dir", "check_compile", "compiled_here",
+           "compiler_available", "pays_back"]
 
 #: the values of ``compile``
 CHOICES = (True, False, "auto")

@@ -254,7 +254,8 @@ def test_a_speedup_measured_here_before_is_the_estimate(monkeypatch, recorded_sp
     # 400 iterations x 100 steps x 1 ms = 40 s left: saves 30 s > 20 s at the 4x assumed for this
     # small network, 13 s at the 1.5x measured
     assert potential.compile is compiles
-    assert ("speed-up 4x assumed" if recorded_speedup is None else "speed-up 1.5x measured here before") in policy.note()
+    expected = "speed-up 4x assumed" if recorded_speedup is None else "speed-up 1.5x measured here before"
+    assert expected in policy.note()
 
 
 def test_the_assumed_speedup_follows_the_work_per_gradient():
