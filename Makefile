@@ -11,6 +11,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RAY_STAMP := $(VENV)/.installed-ray
+# worker processes of `make test` (pytest-xdist): the tests run torch on one thread each, so two
+# workers on two cores halve the suite's wall time; TEST_WORKERS=0 runs it in this process
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-slow test-ray bench install clean
 
@@ -32,7 +35,7 @@ demo: $(STAMP)
 	$(BIN)/bnnzoo demo --out out
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow

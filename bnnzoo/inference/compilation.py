@@ -98,7 +98,10 @@ def cache_dir() -> Path:
 
 
 def use_persistent_inductor_cache() -> None:
-    """Point inductor's cache at ``cache_dir()/inductor`` unless the user chose one."""
+    """Point inductor's cache at ``cache_dir()/inductor`` unless the user chose one. Called
+    before every first compile of a graph (``compile=True`` or ``"auto"``): torch writes its
+    own default (a folder in the system's temporary directory) into the environment at its
+    first compile, after which this would change nothing."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
 
 
@@ -143,7 +146,9 @@ class CompileRecord:
         records = {**self._read(), key: entry}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
+            # a name of this process's own: processes that finish together (a study's workers)
+            # must not write into one another's file before it replaces the record
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(records, indent=1, sort_keys=True))
             tmp.replace(self.path)
         except OSError:  # a read-only home: the estimate falls back to COLD_SECONDS
@@ -269,7 +274,6 @@ class AutoCompile:
         return float(getattr(self.potential, "compile_seconds", 0.0))
 
     def _compile(self) -> None:
-        use_persistent_inductor_cache()
         self.potential.compile = self.potential.compile_fallback = self.compiled = True
 
     def finish(self) -> None:

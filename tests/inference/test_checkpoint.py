@@ -25,10 +25,13 @@ CHILD = ROOT / "tests" / "support" / "resume_child.py"
 
 #: one engine per family for the real-signal test (every engine is stopped in-process below)
 FAMILIES = ("nuts", "chees", "proximal_hmc", "rwmh", "sghmc", "sgld_sa", "sghmc_group_ss", "svi")
+#: the default run's share of them: a Pyro kernel, a batched bnnzoo kernel and VI (each stop
+#: starts a fresh process, about 3.5 s of imports; all eight families are the slow test)
+QUICK_FAMILIES = ("nuts", "chees", "svi")
 
 
-def _launch(out: Path, resume: bool) -> subprocess.Popen:
-    argv = [sys.executable, str(CHILD), str(out), *FAMILIES] + (["--resume"] if resume else [])
+def _launch(out: Path, families, resume: bool) -> subprocess.Popen:
+    argv = [sys.executable, str(CHILD), str(out), *families] + (["--resume"] if resume else [])
     return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -69,14 +72,16 @@ def _assert_same(got, want, label: str) -> None:
             np.testing.assert_array_equal(got.vi.guide[key], values, err_msg=f"{label} guide {key}")
 
 
-def test_killed_and_resumed_runs_give_the_uninterrupted_draws(tmp_path):
-    """One engine of every family is stopped twice at random iterations, first by SIGINT (the run
+@pytest.mark.parametrize("families", [pytest.param(QUICK_FAMILIES, id="three-families"),
+                                      pytest.param(FAMILIES, id="every-family", marks=pytest.mark.slow)])
+def test_killed_and_resumed_runs_give_the_uninterrupted_draws(tmp_path, families):
+    """One engine of each family is stopped twice at random iterations, first by SIGINT (the run
     writes a final checkpoint and says where), then by SIGKILL (the last periodic checkpoint must be
     intact), and resumed in a fresh process."""
     rng = random.Random(0)
-    proc = _launch(tmp_path, resume=False)
+    proc = _launch(tmp_path, families, resume=False)
     stops = 0
-    for engine in FAMILIES:
+    for engine in families:
         chains, per_chain = resume_child.iterations(engine)
         total = chains * per_chain
         first = rng.randint(1, total - 2)
@@ -84,11 +89,11 @@ def test_killed_and_resumed_runs_give_the_uninterrupted_draws(tmp_path):
         for target, sig in ((first, signal.SIGINT), (second, signal.SIGKILL)):
             if _stop_at(proc, tmp_path, engine, target, per_chain, sig):
                 stops += 1
-                proc = _launch(tmp_path, resume=True)
+                proc = _launch(tmp_path, families, resume=True)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
-    assert stops >= 2 * len(FAMILIES) - 2  # (an engine may finish before its stop is sent)
-    for engine in FAMILIES:
+    assert stops >= 2 * len(families) - 2  # (an engine may finish before its stop is sent)
+    for engine in families:
         _assert_same(load_object(tmp_path / engine / "result.pt")["draws"], run(**resume_child.settings(engine)),
                      engine)
 

@@ -1,6 +1,7 @@
 """compile="auto": the rule, the record of compile times, the fallbacks, and a run that compiles."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -171,6 +172,24 @@ def test_a_failed_compile_goes_on_eagerly(monkeypatch):
         r = run("cosine_mlp", "cosine", engine="fixed_hmc", num_samples=20, warmup_steps=0, num_chains=2,
                 num_steps=3, progress=False)
     assert r.sample_stats["lp"].shape == (2, 20)
+
+
+@pytest.mark.parametrize("chosen", [None, "mine"])
+def test_every_compile_uses_the_persistent_inductor_cache_unless_one_is_chosen(tmp_path, monkeypatch, chosen):
+    """compile=True as well as "auto": torch writes its own default into the environment at
+    its first compile, so the cache must be chosen before then."""
+    if chosen is None:
+        monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / chosen))
+    monkeypatch.setattr("bnnzoo.inference.potential.analytic._compiled",
+                        lambda name: lambda potential, *args: getattr(potential, name)(*args))
+    data = load("cosine", seed=0)
+    potential = BNNPotential(BNN(zoo.cosine_mlp(hidden=4)), data.x_train, data.y_train, compile=True)
+    potential.compile = False  # the graph stand-in above runs the eager method
+    potential._run_compiled("value_and_grad", torch.zeros(2, potential.dim))
+    want = tmp_path / "cache" / "inductor" if chosen is None else tmp_path / chosen
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(want)
 
 
 def test_a_graph_compiled_in_this_process_is_free_and_not_recorded(monkeypatch):

@@ -22,7 +22,7 @@ import torch
 from ...models.bnn import ACTIVATION_FUNCTIONS
 from ...models.likelihoods import Bernoulli, Categorical, GaussianLikelihood
 from ...models.spec import Dense
-from ..compilation import compiled_here
+from ..compilation import compiled_here, use_persistent_inductor_cache
 from ..integrators import kinetic_energy, leapfrog_step
 
 if TYPE_CHECKING:
@@ -162,6 +162,7 @@ class AnalyticMixin:
         key = (name, torch.get_num_threads(), *(a.shape for a in args))
         if key in self._compiled_keys:
             return _compiled(name)(self, *args)
+        use_persistent_inductor_cache()  # compile=True too, before torch settles on /tmp's
         start = time.perf_counter()
         try:
             # the graphs are shared by every potential of the process, and dynamo keeps at most
