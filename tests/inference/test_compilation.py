@@ -178,10 +178,9 @@ def test_a_failed_compile_goes_on_eagerly(monkeypatch):
 def test_every_compile_uses_the_persistent_inductor_cache_unless_one_is_chosen(tmp_path, monkeypatch, chosen):
     """compile=True as well as "auto": torch writes its own default into the environment at
     its first compile, so the cache must be chosen before then."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / str(chosen)))  # restored afterwards
     if chosen is None:
-        monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    else:
-        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / chosen))
+        monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     monkeypatch.setattr("bnnzoo.inference.potential.analytic._compiled",
                         lambda name: lambda potential, *args: getattr(potential, name)(*args))
     data = load("cosine", seed=0)
