@@ -178,8 +178,7 @@ def assumed_speedup(potential, theta: torch.Tensor, multi_step: bool = True) -> 
     :data:`ASSUMED_SPEEDUP`."""
     if not multi_step:
         return ASSUMED_SPEEDUP
-    chains = int(theta[..., 0].numel()) if theta.dim() > 1 else 1
-    work = work_per_gradient(potential.model, potential.num_data, chains)
+    work = work_per_gradient(potential.model, potential.num_data, theta[..., 0].numel())  # chains: 1 for [D]
     return ASSUMED_SPEEDUP_SMALL if work is not None and work <= DISPATCH_BOUND_WORK else ASSUMED_SPEEDUP
 
 
@@ -234,11 +233,15 @@ class AutoCompile:
         if self.iteration >= self.decide_at and len(self._window) > PROBE:
             self._decide()
 
+    def _window_per_step(self, excluded: float = 0.0) -> tuple[float, int]:
+        """Seconds per leapfrog step over the window (from the end of its first transition to the
+        end of its last, less ``excluded`` seconds) and the steps they took."""
+        steps = sum(s for _, s in self._window[1:])
+        return (self._window[-1][0] - self._window[0][0] - excluded) / max(steps, 1), steps
+
     def _decide(self) -> None:
-        (start, _), rest = self._window[0], self._window[1:]
-        steps = sum(s for _, s in rest)
-        per_step = (rest[-1][0] - start) / max(steps, 1)
-        rest_seconds = (self.total_iterations - self.iteration) * steps / len(rest) * per_step
+        per_step, steps = self._window_per_step()
+        rest_seconds = (self.total_iterations - self.iteration) * steps / (len(self._window) - 1) * per_step
         recorded = self.record.get(self._key)
         expected = COLD_SECONDS if recorded is None else recorded
         measured = self.record.speedup(self._key)
@@ -264,10 +267,9 @@ class AutoCompile:
             return
         self._window.append((time.perf_counter(), int(steps)))
         if len(self._window) > PROBE:
-            total = sum(s for _, s in self._window[1:])
-            seconds = self._window[-1][0] - self._window[0][0] - (self._compile_time() - self._compile_clock)
-            if seconds > 0:
-                self.speedup = self._eager_per_step / (seconds / max(total, 1))
+            per_step, _ = self._window_per_step(excluded=self._compile_time() - self._compile_clock)
+            if per_step > 0:
+                self.speedup = self._eager_per_step / per_step
             self._window = []
 
     def _compile_time(self) -> float:
