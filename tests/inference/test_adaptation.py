@@ -8,6 +8,10 @@ import torch
 
 from bnnzoo.inference.adaptation import (DualAveraging, PooledVariance, ScalarAdam, acceptance_statistic, chees_gradient,
                                          find_step_size, halton, harmonic_mean_acceptance, mass_windows)
+from bnnzoo.inference.kernels.chees import ChEESHMC, ChEESOptions
+from bnnzoo.inference.kernels.nuts import BatchedNUTSOptions
+from bnnzoo.inference.kernels.proximal_hmc import ProximalHMC
+from tests.support.targets import gaussian_target
 
 
 def test_dual_averaging_follows_hoffman_and_gelman():
@@ -71,6 +75,41 @@ def test_dual_averaging_restart_average_keeps_the_iterates_going():
         first.update(a)
     log_bar = 2 ** -0.75 * math.log(da.step_size) + (1 - 2 ** -0.75) * math.log(first.step_size)
     assert da.final_step_size == pytest.approx(math.exp(log_bar), rel=1e-12)  # averaged since the restart
+
+
+def _land(gamma: float, seed: int, target: float = 0.8) -> float:
+    """The acceptance at dual averaging's final step size on a steep, noisy acceptance curve (a
+    logistic in log(step size) of width 0.08 falling from 0.95, per-step noise sd 0.15: the shape
+    measured for 500-step trajectories on the cosine MLP), with Stan-like window restarts."""
+    rng = np.random.default_rng(seed)
+    curve = lambda x: 0.95 / (1 + math.exp((x - math.log(1.5e-3)) / 0.08))  # noqa: E731
+    da = DualAveraging(0.02, target, gamma=gamma)
+    for t in range(200):
+        if t in (100, 150):
+            da.restart_average()
+        da.update(curve(math.log(da.step_size)) + rng.normal(0, 0.15))
+    return curve(math.log(da.final_step_size))
+
+
+def test_on_a_steep_acceptance_curve_a_larger_gamma_lands_where_stans_overshoots():
+    """Gain 1 / (gamma sqrt t) times the curve's slope near 2 makes the iterates saw-tooth across the
+    cliff; their geometric average then sits where the acceptance is well above the target.
+    The fixed-length kernels' gamma, 0.15, lands within 0.05 (medians over 20 seeds)."""
+    stan = float(np.median([_land(0.05, seed) for seed in range(20)]))
+    ours = float(np.median([_land(ChEESOptions().dual_averaging_gamma, seed) for seed in range(20)]))
+    assert stan - 0.8 > 0.1
+    assert abs(ours - 0.8) < 0.05
+
+
+def test_kernels_pass_their_gamma_to_dual_averaging():
+    target = gaussian_target([0.0], [[1.0]])
+    for kernel, gamma in ((ChEESHMC(potential=target), 0.15), (ProximalHMC(potential=target), 0.15),
+                          (ChEESHMC(potential=target, dual_averaging_gamma=0.3), 0.3)):
+        kernel._reset()
+        assert kernel._step_adapter.gamma == gamma
+    assert BatchedNUTSOptions().dual_averaging_gamma == 0.05  # Stan's, on NUTS's mean acceptance
+    with pytest.raises(ValueError, match="dual_averaging_gamma must be a positive number, got -1"):
+        ChEESHMC(potential=target, dual_averaging_gamma=-1)
 
 
 def test_scalar_adam_ascends_and_clips_its_step():

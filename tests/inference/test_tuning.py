@@ -17,7 +17,7 @@ def test_rule_by_activation(activation, smooth):
     spec = zoo.cosine_mlp(hidden=3, activation=activation)
     fixed, pyro = recommend_target_accept(spec), recommend_target_accept(spec, "nuts")
     assert fixed.smooth is pyro.smooth is smooth
-    assert (fixed.value, pyro.value) == ((0.651, 0.8) if smooth else (0.45, 0.715))
+    assert (fixed.value, pyro.value) == ((0.8, 0.8) if smooth else (0.45, 0.715))
     assert ("piecewise-linear" in fixed.reason) is not smooth and str(fixed.value) in fixed.reason
     assert float(fixed) == fixed.value
 
@@ -38,10 +38,10 @@ def test_plain_pyro_models_keep_the_smooth_defaults():
     def model(x=None):
         return None
 
-    for engine, value in (("nuts", 0.8), ("hmc", 0.8), ("chees", 0.651), ("proximal_hmc", 0.651)):
+    for engine, value in (("nuts", 0.8), ("hmc", 0.8), ("chees", 0.8), ("proximal_hmc", 0.8)):
         rec = recommend_target_accept(model, engine)
         assert rec.value == value and rec.smooth and "not a BNN" in rec.reason
-    assert ChEESHMC(potential=gaussian_target([0.0], [[1.0]])).target_accept == 0.651
+    assert ChEESHMC(potential=gaussian_target([0.0], [[1.0]])).target_accept == 0.8
 
 
 def test_unknown_engine():
@@ -52,7 +52,7 @@ def test_unknown_engine():
 def test_kernels_default_to_the_recommendation_and_keep_explicit_values():
     relu = BNN(zoo.cosine_mlp(hidden=3, activation="relu"))
     assert ChEESHMC(relu).target_accept == 0.45
-    assert ChEESHMC(BNN(zoo.cosine_mlp(hidden=3))).target_accept == 0.651
+    assert ChEESHMC(BNN(zoo.cosine_mlp(hidden=3))).target_accept == 0.8
     assert ChEESHMC(relu, target_accept=0.9).target_accept == 0.9
     assert ProximalHMC(relu).target_accept == 0.45
     assert ProximalHMC(relu, target_accept=0.7).target_accept == 0.7
@@ -62,7 +62,7 @@ def test_kernels_default_to_the_recommendation_and_keep_explicit_values():
 
 @pytest.mark.parametrize("engine, activation, expected", [
     ("nuts", "relu", 0.715), ("nuts", "tanh", 0.8), ("hmc", "leaky_relu", 0.715),
-    ("chees", "relu", 0.45), ("proximal_hmc", "tanh", 0.651),
+    ("chees", "relu", 0.45), ("proximal_hmc", "tanh", 0.8),
 ])
 def test_runs_record_the_value_used(engine, activation, expected):
     spec = BNNSpec(layers=[Dense(3, activation), Dense(1)], input_dim=1, prior=Laplace(1.0))
@@ -78,8 +78,10 @@ def test_runs_record_the_value_used(engine, activation, expected):
     assert "target_accept_reason" not in explicit.notes
 
 
-def test_rule_values_are_the_efficiency_optima():
+def test_rule_values_are_the_efficiency_optima_except_the_measured_smooth_one():
     from bnnzoo.diagnostics.theory import theoretical_optimal_acceptance
 
-    assert TARGETS["fixed_length", True] == pytest.approx(theoretical_optimal_acceptance(True), abs=1e-3)
+    # the smooth fixed-length default was measured (module docstring): above the theory's 0.651,
+    # which is the optimum of one chain's mean acceptance, not of the harmonic mean over chains
+    assert TARGETS["fixed_length", True] == 0.8 > theoretical_optimal_acceptance(True)
     assert TARGETS["fixed_length", False] == pytest.approx(theoretical_optimal_acceptance(False), abs=5e-3)

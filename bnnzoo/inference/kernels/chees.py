@@ -52,7 +52,7 @@ class ChEESHMC(AdaptiveHMC):
 
     Warm-up: the step size and the diagonal mass as in
     :class:`~bnnzoo.inference.kernels.hmc.AdaptiveHMC` (dual averaging of the
-    acceptance statistic toward ``target_accept``: 0.651 for a smooth network,
+    acceptance statistic toward ``target_accept``: 0.8 for a smooth network,
     0.45 for a ReLU-family one, :func:`~bnnzoo.inference.tuning.recommend_target_accept`);
     and :math:`T` by Adam (lr 0.025, :math:`\beta_1 = 0`, :math:`\beta_2 = 0.95`) ascending
     ChEES in :math:`\log T`, kept in :math:`[\bar\epsilon, \bar\epsilon L_{\max}]`

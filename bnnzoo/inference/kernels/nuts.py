@@ -49,6 +49,8 @@ class BatchedNUTSOptions(WarmupOptions):
     step_size: float = option(0.1, "initial leapfrog step size (refined by a search before warm-up)", positive)
     max_tree_depth: int = option(10, "cap on tree doublings (at most 2^depth - 1 leapfrog steps per draw)",
                                  integer(1))
+    dual_averaging_gamma: float = option(
+        0.05, "dual averaging's gamma: its gain on log(step_size) is 1 / (gamma sqrt(t)) (Stan's 0.05)", positive)
     pool_chains: bool = option(True, "warm-up pooled over chains: one step size (on the chains' mean "
                                "acceptance) and one mass matrix (their pooled variance), as ChEES", flag)
 
@@ -145,7 +147,7 @@ class BatchedNUTS(FixedStepHMC):
             if self.options.pool_chains:
                 self.chain_step_size = self.chain_step_size.median().expand_as(self.chain_step_size).clone()
         first = self.chain_step_size.tolist()[:1 if self.options.pool_chains else None]
-        self._adapters = [DualAveraging(s, self.target_accept) for s in first]
+        self._adapters = [DualAveraging(s, self.target_accept, gamma=self.options.dual_averaging_gamma) for s in first]
         self.step_size = float(self.chain_step_size.median())
         if self.options.adapt_mass_matrix and warming:
             self._windows = mass_windows(self._warmup_steps)
