@@ -12,6 +12,7 @@ transition and divergences; medians over seeds per model and kernel.
     python benchmarks/bench_step_size.py                 # cosine MLP + demo network, 3 seeds
     python benchmarks/bench_step_size.py --digits        # also the digits MLP (short runs)
     python benchmarks/bench_step_size.py --quick         # a smoke run
+    python benchmarks/bench_step_size.py --models cosine_mlp --kernels proximal_hmc --gamma 0.05 --name x
 
 Writes ``results/step_size.json`` and ``results/step_size.md`` (``--name`` to change).
 """
@@ -60,10 +61,10 @@ def batch_means_se(per_draw: np.ndarray, batches: int = 10) -> float:
 
 
 def run_one(spec, data: str, kernel: str, seed: int, warmup: int, samples: int, chains: int,
-            device="cpu") -> dict:
+            device="cpu", **options) -> dict:
     ds = load(data, seed=0)
     pyro.set_rng_seed(seed)
-    k = KERNELS[kernel](BNN(spec), num_chains=chains, device=device)
+    k = KERNELS[kernel](BNN(spec), num_chains=chains, device=device, **options)
     start = time.perf_counter()
     MCMC(k, num_samples=samples, warmup_steps=warmup, disable_progbar=True).run(ds.x_train, ds.y_train)
     seconds = time.perf_counter() - start
@@ -74,7 +75,7 @@ def run_one(spec, data: str, kernel: str, seed: int, warmup: int, samples: int, 
     finite = np.isfinite(np.asarray(stats["energy_error"], dtype=float))
     harmonic = float(np.mean([k.warmup_acceptance(torch.as_tensor(a), torch.as_tensor(d), torch.as_tensor(f))
                               for a, d, f in zip(accept, diverging, finite)]))
-    return {"target": float(k.target_accept), "achieved": harmonic, "mean": float(accept.mean()),
+    return {"target": float(k.target_accept), "gamma": k.options.dual_averaging_gamma, "achieved": harmonic, "mean": float(accept.mean()),
             "se": batch_means_se(per_draw), "gap": float(harmonic - k.target_accept),
             "step_size": float(k.step_size), "n_steps": float(np.mean(stats["n_steps"])),
             "divergences": int(np.asarray(stats["diverging"]).sum()), "seconds": seconds}
@@ -90,6 +91,8 @@ def main(argv=None) -> None:
     ap.add_argument("--digits-steps", type=int, default=150)
     ap.add_argument("--kernels", default="chees,proximal_hmc")
     ap.add_argument("--models", default=None, help="comma-separated subset of cosine_mlp,demo,digits_mlp")
+    ap.add_argument("--target-accept", type=float, default=None, help="the kernels' target_accept (default: theirs)")
+    ap.add_argument("--gamma", type=float, default=None, help="their dual_averaging_gamma (default: theirs)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--name", default="step_size")
     add_device_argument(ap)
@@ -98,6 +101,8 @@ def main(argv=None) -> None:
     if args.quick:
         args.seeds, args.warmup, args.samples = 1, 60, 40
 
+    options = {k: v for k, v in (("target_accept", args.target_accept), ("dual_averaging_gamma", args.gamma))
+               if v is not None}
     runs, rows = [], []
     chosen = models(args.digits or (args.models is not None and "digits_mlp" in args.models))
     if args.models is not None:
@@ -108,7 +113,7 @@ def main(argv=None) -> None:
             per_seed = []
             for seed in range(args.seeds):
                 r = {"model": model, "kernel": kernel, "seed": seed, "warmup": steps[0], "samples": steps[1],
-                     "chains": args.chains, **run_one(spec, data, kernel, seed, *steps, args.chains, args.device)}
+                     "chains": args.chains, **run_one(spec, data, kernel, seed, *steps, args.chains, args.device, **options)}
                 print(f"{model:10s} {kernel:12s} seed {seed}: target {r['target']:.3f} achieved "
                       f"{r['achieved']:.3f}, mean {r['mean']:.3f} (se {r['se']:.3f}) step {r['step_size']:.3g} "
                       f"steps {r['n_steps']:.0f} div {r['divergences']} {r['seconds']:.0f}s", flush=True)
@@ -117,7 +122,7 @@ def main(argv=None) -> None:
             med = {k: statistics.median(r[k] for r in per_seed)
                    for k in ("achieved", "mean", "gap", "se", "step_size", "n_steps", "seconds")}
             rows.append({"model": model, "kernel": kernel, "warm-up + draws": f"{steps[0]} + {steps[1]}",
-                         "target": per_seed[0]["target"],
+                         "target": per_seed[0]["target"], "gamma": per_seed[0]["gamma"],
                          "achieved (per seed)": " / ".join(f"{r['achieved']:.3f}" for r in per_seed),
                          "median achieved": med["achieved"], "median gap": med["gap"],
                          "median mean acceptance": med["mean"], "its se": med["se"],

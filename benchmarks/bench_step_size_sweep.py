@@ -1,4 +1,4 @@
-"""ChEES's step-size loop on the cosine MLP: target acceptance x dual averaging's gamma x chains.
+"""ChEES's step-size loop on the cosine MLP (or ``--model digits``): target x dual averaging's gamma x chains.
 
 For each (target, gamma, chains) and seed: one ChEES run through ``bnnzoo.inference.run``
 (``compile=True``, one thread, ``--warmup`` warm-up steps, ``--draws`` draws in total as in
@@ -109,11 +109,12 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--model", default="cosine", choices=["cosine", "digits"], help="bench_sampling.py's networks")
     ap.add_argument("--name", default="step_size_sweep")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     hmc.DualAveraging = TracedDualAveraging  # the warm-up kernels build their dual averaging from here
-    bench, runs = Bench("cosine"), []
+    bench, runs = Bench(args.model), []
     for seed in range(args.seeds):  # seeds outermost: every setting has its first seeds early
         for target in args.targets:
             for gamma in args.gammas:

@@ -103,7 +103,7 @@ def test_on_a_steep_acceptance_curve_a_larger_gamma_lands_where_stans_overshoots
 
 def test_kernels_pass_their_gamma_to_dual_averaging():
     target = gaussian_target([0.0], [[1.0]])
-    for kernel, gamma in ((ChEESHMC(potential=target), 0.15), (ProximalHMC(potential=target), 0.15),
+    for kernel, gamma in ((ChEESHMC(potential=target), 0.15), (ProximalHMC(potential=target), 0.1),
                           (ChEESHMC(potential=target, dual_averaging_gamma=0.3), 0.3)):
         kernel._reset()
         assert kernel._step_adapter.gamma == gamma
