@@ -54,12 +54,10 @@ class TracedDualAveraging(adaptation.DualAveraging):
 
 
 def acceptance_statistic_per_draw(accept: np.ndarray, diverging: np.ndarray) -> np.ndarray:
-    """[chains, draws] -> [draws]: the fraction of non-divergent chains times their harmonic mean."""
-    out = []
-    for a, d in zip(accept.T, diverging.T):
-        kept = ~d
-        out.append(0.0 if not kept.any() else kept.mean() / np.mean(1.0 / np.clip(a[kept], 1e-10, None)))
-    return np.asarray(out)
+    """[chains, draws] -> [draws]: :func:`~bnnzoo.inference.adaptation.acceptance_statistic` of each
+    draw, the non-divergent chains kept."""
+    return np.asarray([adaptation.acceptance_statistic(torch.as_tensor(a), ~torch.as_tensor(d))
+                       for a, d in zip(accept.T, diverging.T)])
 
 
 def one_run(bench: Bench, target: float, gamma: float, chains: int, seed: int, warmup: int, draws: int) -> dict:
