@@ -261,6 +261,13 @@ class FixedStepHMC(FlatKernel):
         """Warm-up adaptation after a transition: none for fixed-step HMC."""
 
 
+def gamma_option(default: float, why: str):
+    """The ``dual_averaging_gamma`` option with a kernel's default: its gain on ``log(step_size)`` is
+    ``1 / (gamma sqrt(t))``; ``why`` says why this default."""
+    return option(default, f"dual averaging's gamma: its gain on log(step_size) is 1 / (gamma sqrt(t)) ({why})",
+                  positive)
+
+
 @dataclass(frozen=True)
 class WarmupOptions(BaseOptions):
     """Options of :class:`AdaptiveHMC`'s warm-up (shared by ChEES and proximal HMC)."""
@@ -271,9 +278,8 @@ class WarmupOptions(BaseOptions):
     adapt_step_size: bool = option(True, "adapt the step size by dual averaging during warm-up", flag)
     adapt_mass_matrix: bool = option(True, "adapt a diagonal mass matrix over Stan's windows during warm-up",
                                      flag)
-    dual_averaging_gamma: float = option(
-        0.15, "dual averaging's gamma: its gain on log(step_size) is 1 / (gamma sqrt(t)) (Stan's 0.05 "
-        "saw-tooths on the steep acceptance of long fixed-length trajectories)", positive)
+    dual_averaging_gamma: float = gamma_option(
+        0.15, "Stan's 0.05 saw-tooths on the steep acceptance of long fixed-length trajectories")
 
 
 class AdaptiveHMC(FixedStepHMC):

@@ -35,7 +35,7 @@ import torch
 from ..adaptation import ChainVariance, DualAveraging, PooledVariance, find_step_size, mass_windows
 from ..integrators import kinetic_energy, leapfrog_step
 from ..options import flag, integer, option, positive
-from .hmc import MAX_ENERGY_ERROR, AdaptiveHMC, FixedStepHMC, WarmupOptions
+from .hmc import MAX_ENERGY_ERROR, AdaptiveHMC, FixedStepHMC, WarmupOptions, gamma_option
 
 __all__ = ["BatchedNUTS", "BatchedNUTSOptions"]
 
@@ -49,8 +49,7 @@ class BatchedNUTSOptions(WarmupOptions):
     step_size: float = option(0.1, "initial leapfrog step size (refined by a search before warm-up)", positive)
     max_tree_depth: int = option(10, "cap on tree doublings (at most 2^depth - 1 leapfrog steps per draw)",
                                  integer(1))
-    dual_averaging_gamma: float = option(
-        0.05, "dual averaging's gamma: its gain on log(step_size) is 1 / (gamma sqrt(t)) (Stan's 0.05)", positive)
+    dual_averaging_gamma: float = gamma_option(0.05, "Stan's")
     pool_chains: bool = option(True, "warm-up pooled over chains: one step size (on the chains' mean "
                                "acceptance) and one mass matrix (their pooled variance), as ChEES", flag)
 

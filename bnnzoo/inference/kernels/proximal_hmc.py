@@ -28,7 +28,7 @@ import torch
 from ... import validation
 from ..adaptation import acceptance_statistic
 from ..proximal import moreau_force, ns_hmc_force, prox_gradient_force
-from .hmc import AdaptiveHMC, WarmupOptions
+from .hmc import AdaptiveHMC, WarmupOptions, gamma_option
 from ..options import choice, flag, integer, option, positive, site_names
 
 __all__ = ["CHAIN_METHODS", "FORCES", "ProximalHMC", "ProximalOptions", "acceptance_statistic",
@@ -63,9 +63,8 @@ class ProximalOptions(WarmupOptions):
     force: str = option("moreau", "leapfrog force: 'moreau', 'ns-hmc' or 'prox-gradient'", choice(*FORCES))
     step_jitter: float = option(0.2, "relative step-size jitter j in [0, 1) per chain and transition",
                                 _step_jitter)
-    dual_averaging_gamma: float = option(
-        0.1, "dual averaging's gamma: its gain on log(step_size) is 1 / (gamma sqrt(t)) (0.1: the step jitter "
-        "flattens the acceptance curve that makes ChEES want 0.15)", positive)
+    dual_averaging_gamma: float = gamma_option(
+        0.1, "the step jitter flattens the acceptance curve that makes ChEES want 0.15")
     inner_steps: int = option(5, "proximal-gradient iterations of force='ns-hmc'", integer(1))
     spike_and_slab: bool = option(False, "also treat the kink at 0 of Laplace-spike spike-and-slab priors as L1",
                                   flag)
