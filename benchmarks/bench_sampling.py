@@ -15,6 +15,17 @@ and of the predictive mean f(x*) at 20 test inputs; the score is the minimum of 
 divided by wall time. All engines run in one process, one after another, seeds interleaved,
 so their ratios are measured under the same conditions.
 
+Beside ESS/s, the machine-independent cost: ``kgrads``, the gradient evaluations of every
+chain's transitions, warm-up included, in thousands (each engine's own leapfrog-step count:
+bnnzoo's ``n_steps``, NumPyro's ``num_steps``, BlackJAX's ``num_integration_steps``), and
+``ess_per_kgrad``, the same minimum ESS per thousand of them. Wall-clock noise does not move
+it, and it separates the sampler's efficiency from how fast each library evaluates a
+gradient (batching chains makes bnnzoo's and BlackJAX's cheaper per chain). Not counted, for
+any engine: the initial step-size searches (tens of steps) and ChEES's U-turn guess at each
+of bnnzoo's two mass updates (at most 2 x 2000 steps of the whole batch). NumPyro's warm-up
+steps come from a second, untimed run of its warm-up on the same key (its sampling-phase
+step counts are checked equal to the timed run's, so it is the same warm-up).
+
 Compile times count: a compiled run's wall time includes its compiling calls
 (also reported alone, ``compile_s``), and the inductor cache starts empty (a
 fresh directory) unless ``--warm-cache``, so the first compiled run pays the
@@ -98,9 +109,11 @@ class Bench:
 MAX_RHAT, MIN_ESS = 1.1, 100.0
 
 
-def score(name: str, wall: float, lp: np.ndarray, f: np.ndarray, extra: dict) -> dict:
+def score(name: str, wall: float, lp: np.ndarray, f: np.ndarray, extra: dict, grads: float | None = None) -> dict:
     """ESS and R-hat of lp ``[chain, draw]`` and of f ``[chain, draw, 20]`` (min ESS, max
-    R-hat over the 20 inputs); ESS/s of the smaller ESS, 0 if the run has not converged."""
+    R-hat over the 20 inputs); ESS/s of the smaller ESS, 0 if the run has not converged;
+    ``grads``: the run's gradient evaluations, all chains, warm-up included (module docstring),
+    and the smaller ESS per thousand of them, 0 if the run has not converged."""
     ess_lp = float(az.ess(lp))
     ess_f = float(min(az.ess(f[..., j]) for j in range(f.shape[-1])))
     rhat = max(float(az.rhat(lp)), *(float(az.rhat(f[..., j])) for j in range(f.shape[-1])))
@@ -110,7 +123,9 @@ def score(name: str, wall: float, lp: np.ndarray, f: np.ndarray, extra: dict) ->
     nrhat = float(np.nanmax([nested_rhat(lp), *nested_rhat(f)])) if lp.shape[0] >= 8 else None
     return {"engine": name, "chains": lp.shape[0], "draws": lp.size, "wall_s": wall, "ess_lp": ess_lp,
             "ess_f_min": ess_f, "rhat_max": rhat, "nrhat_max": nrhat, "converged": converged,
-            "ess_per_s": ess / wall if converged else 0.0, **extra}
+            "ess_per_s": ess / wall if converged else 0.0,
+            "kgrads": grads / 1000 if grads is not None else None,
+            "ess_per_kgrad": (1000 * ess / grads if converged else 0.0) if grads else None, **extra}
 
 
 def ungated_ess_per_s(row: dict) -> float:
@@ -128,7 +143,26 @@ def bnnzoo_engine(label, bench, engine, num_chains, draws, warmup, seed, device=
     extra = {"mean_accept": float(np.mean(stats["acceptance_rate"])),
              "grads_per_draw": float(np.mean(stats["n_steps"])) if "n_steps" in stats else None,
              "compile_s": r.compile_seconds}
-    return score(label, wall, stats["lp"], f, extra)
+    grads = float(np.sum(r.warmup_sample_stats["n_steps"]) + np.sum(stats["n_steps"])) if "n_steps" in stats else None
+    return score(label, wall, stats["lp"], f, extra, grads)
+
+
+def numpyro_warmup_grads(model, x, y, num_chains, draws, warmup, seed, sampled_steps) -> float:
+    """The gradient evaluations of NumPyro's warm-up, all chains: its warm-up run again (untimed) on the
+    same key with the warm-up's step counts collected, then its sampling, whose step counts must
+    equal the timed run's ``sampled_steps`` (else it was not the same warm-up and this is an error)."""
+    from numpyro.infer import MCMC, NUTS
+    import jax
+
+    mcmc = MCMC(NUTS(model), num_warmup=warmup, num_samples=draws // num_chains, num_chains=num_chains,
+                chain_method="sequential", progress_bar=False)
+    mcmc.warmup(jax.random.PRNGKey(seed), x, y, extra_fields=("num_steps",), collect_warmup=True)
+    warm = np.asarray(mcmc.get_extra_fields()["num_steps"])
+    mcmc.run(mcmc.post_warmup_state.rng_key, x, y, extra_fields=("num_steps",))
+    again = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"])
+    if not np.array_equal(again, sampled_steps):
+        raise RuntimeError("NumPyro's untimed warm-up differs from the timed run's: its step counts cannot be used")
+    return float(warm.sum())
 
 
 def numpyro_nuts(bench, num_chains, draws, warmup, seed):
@@ -147,8 +181,10 @@ def numpyro_nuts(bench, num_chains, draws, warmup, seed):
     lp = -np.asarray(extra["potential_energy"])
     flat = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in samples.items()}
     f = np.stack([f_at({k: v[i] for k, v in flat.items()}) for i in range(lp.size)]).reshape(lp.shape + (-1,))
+    steps = np.asarray(extra["num_steps"])
+    grads = numpyro_warmup_grads(model, x, y, num_chains, draws, warmup, seed, steps) + float(steps.sum())
     return score("numpyro NUTS", wall, lp, f, {"mean_accept": float(np.mean(extra["accept_prob"])),
-                                              "grads_per_draw": float(np.mean(extra["num_steps"]))})
+                                              "grads_per_draw": float(np.mean(steps))}, grads)
 
 
 def blackjax_chees(bench, num_chains, draws, warmup, seed):
@@ -174,8 +210,8 @@ def blackjax_chees(bench, num_chains, draws, warmup, seed):
 
     positions = jax.random.uniform(key_init, (num_chains, flat.size), minval=-1.0, maxval=1.0)
     adaptation = blackjax.chees_adaptation(logdensity, num_chains, mass_matrix_estimation="diagonal")
-    (states, parameters), _ = adaptation.run(key_warmup, positions, 0.1, optax.adam(0.025, b1=0.0, b2=0.95),
-                                             warmup)
+    (states, parameters), warm = adaptation.run(key_warmup, positions, 0.1, optax.adam(0.025, b1=0.0, b2=0.95),
+                                                warmup)
     step = blackjax.dynamic_hmc(logdensity, **parameters).step
 
     def one_draw(states, key):
@@ -188,8 +224,9 @@ def blackjax_chees(bench, num_chains, draws, warmup, seed):
     wall = time.perf_counter() - start
     theta, lp = np.asarray(theta).transpose(1, 0, 2), np.asarray(lp).T  # [chain, draw, ...]
     f = np.stack([f_at(unravel(q)) for q in theta.reshape(-1, flat.size)])
+    grads = float(np.sum(warm.info.num_integration_steps) + np.sum(steps))  # [steps, chains] each
     return score(f"blackjax chees, {num_chains} chains", wall, lp, f.reshape(lp.shape + (-1,)),
-                 {"mean_accept": float(np.mean(accept)), "grads_per_draw": float(np.mean(steps))})
+                 {"mean_accept": float(np.mean(accept)), "grads_per_draw": float(np.mean(steps))}, grads)
 
 
 def main(argv=None):
@@ -282,7 +319,8 @@ def summarise(rows: list[dict]) -> list[dict]:
                 "rhat_max": max(r["rhat_max"] for r in runs)}
         nested = [r["nrhat_max"] for r in runs if r.get("nrhat_max") is not None]
         line["nrhat_max"] = max(nested) if nested else None
-        for key in ("wall_s", "mean_accept", "grads_per_draw", "ess_lp", "ess_f_min", "ess_per_s"):
+        for key in ("wall_s", "mean_accept", "grads_per_draw", "ess_lp", "ess_f_min", "ess_per_s", "kgrads",
+                    "ess_per_kgrad"):
             values = [r[key] for r in runs if r.get(key) is not None]
             line[key] = float(np.median(values)) if values else None
         line["ess_per_s_range"] = f"{min(r['ess_per_s'] for r in runs):.2f}-{max(r['ess_per_s'] for r in runs):.2f}"
@@ -293,8 +331,10 @@ def summarise(rows: list[dict]) -> list[dict]:
     # stock Pyro is credited with its ungated rate: the conservative side for the ratios to it
     stock_rate = next((r["ungated_ess_per_s"] for r in lines if r["engine"] == "pyro NUTS, stock"), None)
     ungated_reference = next((r["ungated_ess_per_s"] for r in lines if r["engine"] == "numpyro NUTS"), None)
+    per_grad = next((r["ess_per_kgrad"] for r in lines if r["engine"] == "numpyro NUTS"), None)
     for r in lines:
         r["vs_numpyro"] = r["ess_per_s"] / reference if reference else None
+        r["per_grad_vs_numpyro"] = r["ess_per_kgrad"] / per_grad if per_grad and r["ess_per_kgrad"] is not None else None
         r["ungated_vs_numpyro"] = r["ungated_ess_per_s"] / ungated_reference if ungated_reference else None
         r["vs_stock_pyro"] = r["ess_per_s"] / stock_rate if stock_rate else None
     return lines
@@ -305,7 +345,7 @@ def report(rows: list[dict], args, machine_info: dict | None = None) -> str:
     columns = ["engine", "runs", "converged", "chains", "draws", "wall_s", "first_wall_s", "first_compile_s",
                "mean_accept", "grads_per_draw",
                "ess_lp", "ess_f_min", "rhat_max", "nrhat_max", "ess_per_s", "ess_per_s_range", "ungated_ess_per_s", "vs_numpyro",
-               "ungated_vs_numpyro", "vs_stock_pyro"]
+               "ungated_vs_numpyro", "vs_stock_pyro", "kgrads", "ess_per_kgrad", "per_grad_vs_numpyro"]
     table = markdown_table(lines, columns)
     seeds = sorted({r["seed"] for r in rows})  # the seeds measured (a run cut short has fewer than asked)
     span = (f"Medians over seeds {seeds[0]}..{seeds[-1]} of each engine" if len(seeds) > 1
@@ -318,7 +358,11 @@ def report(rows: list[dict], args, machine_info: dict | None = None) -> str:
               f"(later runs reuse the graphs). ungated_ess_per_s: min ESS / wall time without the gate "
               f"(ungated_vs_numpyro: its ratio to NumPyro's, a hint only where runs have not converged); "
               f"vs_stock_pyro divides by stock Pyro's ungated rate (the more generous one to it). nrhat_max: "
-              f"nested R-hat (4 superchains) of lp and f, worst over seeds, beside the split-R-hat gate.")
+              f"nested R-hat (4 superchains) of lp and f, worst over seeds, beside the split-R-hat gate. "
+              f"kgrads: gradient evaluations of all chains' transitions, warm-up included, in thousands; "
+              f"ess_per_kgrad: min ESS per thousand of them (0 where the gate fails), and "
+              f"per_grad_vs_numpyro its ratio to NumPyro's: the sampler's efficiency without the speed of "
+              f"each library's gradient.")
     payload = {"machine": machine_info or machine(getattr(args, "device", "cpu")), "settings": vars(args),
                "summary": lines, "rows": rows}
     js, md = write_results(getattr(args, "name", "sampling"), payload, table)
