@@ -147,15 +147,21 @@ def bnnzoo_engine(label, bench, engine, num_chains, draws, warmup, seed, device=
     return score(label, wall, stats["lp"], f, extra, grads)
 
 
+def numpyro_mcmc(model, num_chains, draws, warmup):
+    """NumPyro's NUTS with its defaults, ``draws`` in total over ``num_chains`` chains run in turn."""
+    from numpyro.infer import MCMC, NUTS
+
+    return MCMC(NUTS(model), num_warmup=warmup, num_samples=draws // num_chains, num_chains=num_chains,
+                chain_method="sequential", progress_bar=False)
+
+
 def numpyro_warmup_grads(model, x, y, num_chains, draws, warmup, seed, sampled_steps) -> float:
     """The gradient evaluations of NumPyro's warm-up, all chains: its warm-up run again (untimed) on the
     same key with the warm-up's step counts collected, then its sampling, whose step counts must
     equal the timed run's ``sampled_steps`` (else it was not the same warm-up and this is an error)."""
-    from numpyro.infer import MCMC, NUTS
     import jax
 
-    mcmc = MCMC(NUTS(model), num_warmup=warmup, num_samples=draws // num_chains, num_chains=num_chains,
-                chain_method="sequential", progress_bar=False)
+    mcmc = numpyro_mcmc(model, num_chains, draws, warmup)
     mcmc.warmup(jax.random.PRNGKey(seed), x, y, extra_fields=("num_steps",), collect_warmup=True)
     warm = np.asarray(mcmc.get_extra_fields()["num_steps"])
     mcmc.run(mcmc.post_warmup_state.rng_key, x, y, extra_fields=("num_steps",))
@@ -166,14 +172,12 @@ def numpyro_warmup_grads(model, x, y, num_chains, draws, warmup, seed, sampled_s
 
 
 def numpyro_nuts(bench, num_chains, draws, warmup, seed):
-    from numpyro.infer import MCMC, NUTS
     import jax
 
     model, f_at = bench.numpyro()
     x, y = bench.jax_data()
     start = time.perf_counter()
-    mcmc = MCMC(NUTS(model), num_warmup=warmup, num_samples=draws // num_chains, num_chains=num_chains,
-                chain_method="sequential", progress_bar=False)
+    mcmc = numpyro_mcmc(model, num_chains, draws, warmup)
     mcmc.run(jax.random.PRNGKey(seed), x, y, extra_fields=("potential_energy", "num_steps", "accept_prob"))
     samples = mcmc.get_samples(group_by_chain=True)
     wall = time.perf_counter() - start
