@@ -338,7 +338,8 @@ def summarise(rows: list[dict]) -> list[dict]:
     per_grad = next((r["ess_per_kgrad"] for r in lines if r["engine"] == "numpyro NUTS"), None)
     for r in lines:
         r["vs_numpyro"] = r["ess_per_s"] / reference if reference else None
-        r["per_grad_vs_numpyro"] = r["ess_per_kgrad"] / per_grad if per_grad and r["ess_per_kgrad"] is not None else None
+        has_grads = per_grad and r["ess_per_kgrad"] is not None
+        r["per_grad_vs_numpyro"] = r["ess_per_kgrad"] / per_grad if has_grads else None
         r["ungated_vs_numpyro"] = r["ungated_ess_per_s"] / ungated_reference if ungated_reference else None
         r["vs_stock_pyro"] = r["ess_per_s"] / stock_rate if stock_rate else None
     return lines

@@ -75,7 +75,8 @@ def run_one(spec, data: str, kernel: str, seed: int, warmup: int, samples: int, 
     finite = np.isfinite(np.asarray(stats["energy_error"], dtype=float))
     harmonic = float(np.mean([k.warmup_acceptance(torch.as_tensor(a), torch.as_tensor(d), torch.as_tensor(f))
                               for a, d, f in zip(accept, diverging, finite)]))
-    return {"target": float(k.target_accept), "gamma": k.options.dual_averaging_gamma, "achieved": harmonic, "mean": float(accept.mean()),
+    return {"target": float(k.target_accept), "gamma": k.options.dual_averaging_gamma, "achieved": harmonic,
+            "mean": float(accept.mean()),
             "se": batch_means_se(per_draw), "gap": float(harmonic - k.target_accept),
             "step_size": float(k.step_size), "n_steps": float(np.mean(stats["n_steps"])),
             "divergences": int(np.asarray(stats["diverging"]).sum()), "seconds": seconds}
@@ -113,7 +114,8 @@ def main(argv=None) -> None:
             per_seed = []
             for seed in range(args.seeds):
                 r = {"model": model, "kernel": kernel, "seed": seed, "warmup": steps[0], "samples": steps[1],
-                     "chains": args.chains, **run_one(spec, data, kernel, seed, *steps, args.chains, args.device, **options)}
+                     "chains": args.chains,
+                     **run_one(spec, data, kernel, seed, *steps, args.chains, args.device, **options)}
                 print(f"{model:10s} {kernel:12s} seed {seed}: target {r['target']:.3f} achieved "
                       f"{r['achieved']:.3f}, mean {r['mean']:.3f} (se {r['se']:.3f}) step {r['step_size']:.3g} "
                       f"steps {r['n_steps']:.0f} div {r['divergences']} {r['seconds']:.0f}s", flush=True)
