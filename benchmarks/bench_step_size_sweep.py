@@ -13,12 +13,16 @@ acceptance".
     python benchmarks/bench_step_size_sweep.py                       # the documented sweep
     python benchmarks/bench_step_size_sweep.py --targets 0.8 --gammas 0.15 --chains 8 --seeds 3
 
-Writes ``results/step_size_sweep.{json,md}`` after every run (``--name`` to change).
+Writes ``results/step_size_sweep.{json,md}`` after every run (``--name`` to change). Seeds can
+be split over processes (``--first-seed 1 --seeds 1 --name part1`` beside ``--first-seed 2 ...``)
+and their runs joined into one table afterwards with ``--merge part0 part1 part2 --name all``,
+which runs nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -34,7 +38,7 @@ from bnnzoo.diagnostics.predictive import function_draws  # noqa: E402
 from bnnzoo.inference import adaptation, run  # noqa: E402
 from bnnzoo.inference.kernels import hmc  # noqa: E402
 from bench_sampling import Bench, score  # noqa: E402
-from common import machine, markdown_table, write_results  # noqa: E402
+from common import RESULTS, machine, markdown_table, write_results  # noqa: E402
 
 
 class TracedDualAveraging(adaptation.DualAveraging):
@@ -99,21 +103,43 @@ def summarise(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def merge(names: list[str], name: str) -> None:
+    """One table from the runs of several results files of this script (seeds run apart)."""
+    parts = [json.loads((RESULTS / f"{n}.json").read_text()) for n in names]
+    runs = [r for part in parts for r in part["runs"]]
+    keys = [(r["target"], r["gamma"], r["chains"], r["seed"]) for r in runs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"--merge: the files {names} hold the same (target, gamma, chains, seed) more than once")
+    settings = {n: part["settings"] for n, part in zip(names, parts)}
+    rows = sorted(summarise(runs), key=lambda x: (x["target"], x["gamma"], x["chains"]))
+    payload = {"machine": parts[-1]["machine"], "merged_from": settings, "runs": runs, "summary": rows}
+    write_results(name, payload, markdown_table(rows, list(rows[0])))
+    print(markdown_table(rows, list(rows[0])))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--targets", type=float, nargs="+", default=[0.651, 0.8])
     ap.add_argument("--gammas", type=float, nargs="+", default=[0.05, 0.15, 0.2])
     ap.add_argument("--chains", type=int, nargs="+", default=[8, 16, 32])
-    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seeds", type=int, default=3, help="how many seeds")
+    ap.add_argument("--first-seed", type=int, default=0, help="the seeds are first-seed, first-seed + 1, ...")
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--model", default="cosine", choices=["cosine", "digits"], help="bench_sampling.py's networks")
     ap.add_argument("--name", default="step_size_sweep")
+    ap.add_argument("--merge", nargs="+", metavar="NAME",
+                    help="join the runs of these results files into --name's table; runs nothing")
     args = ap.parse_args(argv)
+    if args.first_seed < 0 or args.seeds < 1:
+        ap.error(f"--first-seed must be >= 0 and --seeds >= 1, got {args.first_seed} and {args.seeds}")
+    if args.merge:
+        merge(args.merge, args.name)
+        return
     torch.set_num_threads(1)
     hmc.DualAveraging = TracedDualAveraging  # the warm-up kernels build their dual averaging from here
     bench, runs = Bench(args.model), []
-    for seed in range(args.seeds):  # seeds outermost: every setting has its first seeds early
+    for seed in range(args.first_seed, args.first_seed + args.seeds):  # seeds outermost: every setting has its first seeds early
         for target in args.targets:
             for gamma in args.gammas:
                 for chains in args.chains:
