@@ -3,7 +3,7 @@ installed), bnnzoo's many-chain ChEES-HMC with no flags (``compile="auto"``,
 ``threads="auto"``) for 8, 16 and 32 chains, bnnzoo's batched NUTS with its defaults (8
 chains), BlackJAX's ChEES-HMC with as many chains (when installed; the same algorithm in
 JAX), and optionally Pyro NUTS (stock and on bnnzoo's fast potential) and ChEES forced eager
-or compiled (``--modes``).
+or compiled, or with its late mass windows (``--modes``).
 
 The model is the cosine MLP of paper 003 (1-50-1 tanh, N(0, 1) priors, noise 0.1, 100
 points), or with ``--model digits`` the compute-bound digits MLP (64-128-128-10 ReLU, N(0,1)
@@ -35,7 +35,8 @@ bnnzoo's record of compile times and speed-ups (``compile="auto"``'s estimates,
 earlier processes on this machine left there.
 
 Usage: ``python benchmarks/bench_sampling.py [--model cosine] [--draws 1000] [--warmup 500]
-[--chees-chains 8 16 32] [--nuts-chains 8] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1] [--modes default eager compiled]
+[--chees-chains 8 16 32] [--nuts-chains 8] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1]
+[--modes default eager compiled late]
 [--skip-blackjax]
 [--skip-stock] [--skip-fast-nuts] [--device cuda] [--name sampling] [--retable]``; writes
 ``benchmarks/results/NAME.{json,md}``.
@@ -107,6 +108,10 @@ class Bench:
 #: threshold) rather than 1.01: with 16 chains of 62 draws, about 10 effective draws per
 #: chain, split R-hat is about 1 + 1/(2 * 10) = 1.05 even for chains that have converged
 MAX_RHAT, MIN_ESS = 1.1, 100.0
+
+
+#: the bnnzoo ChEES rows of ``--modes``: each one option away from the defaults
+MODES = {"default": {}, "eager": {"compile": False}, "compiled": {"compile": True}, "late": {"mass_schedule": "late"}}
 
 
 def score(name: str, wall: float, lp: np.ndarray, f: np.ndarray, extra: dict, grads: float | None = None) -> dict:
@@ -253,9 +258,10 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=3, help="runs of every engine, seeds 0, 1, ...")
     parser.add_argument("--slow-seeds", type=int, default=1,
                         help="runs of the two Pyro NUTS engines (tens of minutes each), after the others")
-    parser.add_argument("--modes", nargs="+", default=["default"], choices=["default", "eager", "compiled"],
+    parser.add_argument("--modes", nargs="+", default=["default"], choices=list(MODES),
                         help="bnnzoo ChEES rows: 'default' (no flags: compile='auto', threads='auto'), "
-                             "'eager' (compile=False), 'compiled' (compile=True)")
+                             "'eager' (compile=False), 'compiled' (compile=True), 'late' (mass_schedule='late', "
+                             "the mass windows in the last 30%% of warm-up)")
     parser.add_argument("--skip-numpyro", action="store_true", help="skip NumPyro's NUTS row")
     parser.add_argument("--skip-blackjax", action="store_true", help="skip BlackJAX's ChEES rows")
     parser.add_argument("--warm-cache", action="store_true",
@@ -280,7 +286,7 @@ def main(argv=None):
     if npm.AVAILABLE and not args.skip_numpyro:
         plan.append(lambda seed: numpyro_nuts(bench, 2, args.draws, args.warmup, seed))
     for mode in args.modes:
-        options = {"default": {}, "eager": {"compile": False}, "compiled": {"compile": True}}[mode]
+        options = MODES[mode]
         for chains in args.chees_chains:
             label = f"bnnzoo chees, {chains} chains" + ("" if mode == "default" else f", {mode}")
             plan.append(lambda seed, chains=chains, label=label, options=options: bnnzoo_engine(

@@ -4,7 +4,8 @@ r"""Warm-up adaptation as small components, shared by the HMC-family kernels.
   target acceptance (the scheme of Pyro's :class:`pyro.ops.dual_averaging.DualAveraging`);
 * :class:`PooledVariance`: per-coordinate variance of ``[C, D]`` batches pooled over
   chains (Chan et al.'s parallel Welford update);
-* :func:`mass_windows`: Stan's doubling warm-up windows;
+* :func:`mass_windows`: Stan's doubling warm-up windows; :func:`late_mass_windows`, two
+  windows late in warm-up (ChEES's ``mass_schedule="late"``);
 * :func:`find_step_size`: the doubling/halving search for a first step size;
 * :func:`harmonic_mean_acceptance`, :func:`acceptance_statistic` (what dual averaging
   steers), :func:`halton`;
@@ -23,7 +24,7 @@ import torch
 from .integrators import velocity
 
 __all__ = ["ChainVariance", "DualAveraging", "PooledVariance", "ScalarAdam", "acceptance_statistic", "chees_gradient",
-           "find_step_size", "halton", "harmonic_mean_acceptance", "mass_windows"]
+           "find_step_size", "halton", "harmonic_mean_acceptance", "late_mass_windows", "mass_windows"]
 
 Tensor = torch.Tensor
 
@@ -160,6 +161,24 @@ def mass_windows(warmup_steps: int, init_buffer: int = 75, term_buffer: int = 50
         windows.append((start, end))
         start, size = end, 2 * size
     return windows
+
+
+def late_mass_windows(warmup_steps: int) -> list[tuple[int, int]]:
+    """Two mass-matrix windows late in warm-up: with ``W`` warm-up steps a terminal buffer of
+    ``round(0.1 W)`` steps, before it a slow phase of ``round(0.2 W)`` steps split into a
+    window of ``round(0.075 W)`` and one of the rest, and an initial buffer of everything
+    before (70%); for ``W = 200``: ``[(140, 155), (155, 180)]``. None below 20 steps.
+
+    For kernels whose warm-up iterations are cheap until the first mass update and dear
+    after it, and whose variance is pooled over many chains: ChEES keeps its trajectory
+    short until its first window ends (it restarts it there from the chains' U-turn time),
+    and C chains give a window C draws a step (``docs/algorithms.md``, "Warm-up windows")."""
+    if warmup_steps < 20:
+        return []
+    term, slow = round(0.1 * warmup_steps), round(0.2 * warmup_steps)
+    first = round(0.075 * warmup_steps)
+    start = warmup_steps - term - slow
+    return [(start, start + first), (start + first, warmup_steps - term)]
 
 
 def halton(index: int, base: int = 2) -> float:

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from bnnzoo.inference.adaptation import (DualAveraging, PooledVariance, ScalarAdam, acceptance_statistic, chees_gradient,
-                                         find_step_size, halton, harmonic_mean_acceptance, mass_windows)
+                                         find_step_size, halton, harmonic_mean_acceptance, late_mass_windows,
+                                         mass_windows)
 from bnnzoo.inference.kernels.chees import ChEESHMC, ChEESOptions
 from bnnzoo.inference.kernels.nuts import BatchedNUTSOptions
 from bnnzoo.inference.kernels.proximal_hmc import ProximalHMC
@@ -131,6 +132,16 @@ def test_halton_and_mass_windows():
     assert [halton(i) for i in range(1, 5)] == [0.5, 0.25, 0.75, 0.125]
     assert mass_windows(500) == [(75, 100), (100, 150), (150, 250), (250, 450)]
     assert mass_windows(10) == []
+
+
+def test_late_mass_windows_fill_the_last_30_percent_before_a_tenth_of_terminal_buffer():
+    assert late_mass_windows(200) == [(140, 155), (155, 180)]
+    assert late_mass_windows(500) == [(350, 388), (388, 450)]
+    assert late_mass_windows(19) == []
+    for warmup in range(20, 2001, 7):
+        (a, b), (c, d) = late_mass_windows(warmup)
+        assert 0 < a < b == c < d < warmup  # two non-empty windows back to back, a buffer on each side
+        assert abs(a - 0.7 * warmup) <= 1.5 and abs(d - 0.9 * warmup) <= 1
 
 
 # ------------------------------------------------------ known posteriors

@@ -316,3 +316,15 @@ def test_only_four_step_kernels_assume_the_small_network_speedup():
     for kernel_cls, multi_step in [(ChEESHMC, True), (BatchedNUTS, False), (ProximalHMC, False)]:
         kernel = kernel_cls(potential=small)
         assert _auto_compile(kernel, small, 100, 100, 1).multi_step is multi_step, kernel_cls.__name__
+
+
+def test_auto_compile_decides_after_the_kernels_own_first_mass_window():
+    from bnnzoo.inference.engines.driver import _auto_compile
+    from bnnzoo.inference.kernels import ChEESHMC
+
+    small = cosine_potential()
+    stan = ChEESHMC(potential=small, num_chains=4)
+    late = ChEESHMC(potential=small, num_chains=4, mass_schedule="late")
+    assert _auto_compile(stan, small, 200, 100, 1).decide_at == 100 + compilation.PROBE  # Stan's (75, 100)
+    assert _auto_compile(late, small, 200, 100, 1).decide_at == 155 + compilation.PROBE  # (140, 155)
+

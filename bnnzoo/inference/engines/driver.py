@@ -99,7 +99,8 @@ def _auto_compile(kernel, potential: FlatPotential, warmup_steps: int, num_sampl
     """The ``compile="auto"`` policy of a run: decided :data:`~bnnzoo.inference.compilation.PROBE`
     iterations after the first mass-matrix window (ChEES sets its trajectory length there), or
     after the first ``PROBE + 1`` where the kernel has none. ``runs``: chains run one after another."""
-    windows = mass_windows(warmup_steps) if getattr(kernel.options, "adapt_mass_matrix", False) else []
+    schedule = getattr(kernel, "warmup_windows", mass_windows)  # the kernel's own windows where it has them
+    windows = schedule(warmup_steps) if getattr(kernel.options, "adapt_mass_matrix", False) else []
     decide_at = (windows[0][1] if windows else 1) + PROBE
     multi_step = (getattr(kernel, "multi_step_graph", False)
                   and kernel.leapfrog_step_fn() == getattr(potential, "leapfrog_step", None))

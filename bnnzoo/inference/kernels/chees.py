@@ -16,15 +16,18 @@ from dataclasses import dataclass
 
 import torch
 
-from ..adaptation import ScalarAdam, chees_gradient, halton
+from ..adaptation import ScalarAdam, chees_gradient, halton, late_mass_windows, mass_windows
 from ..integrators import leapfrog, velocity
 from .hmc import AdaptiveHMC, WarmupOptions
 from ..options import choice, flag, integer, option, optional, positive
 
-__all__ = ["ChEESHMC", "ChEESOptions", "JITTERS"]
+__all__ = ["ChEESHMC", "ChEESOptions", "JITTERS", "MASS_SCHEDULES"]
 
 Tensor = torch.Tensor
 JITTERS = ("halton", "uniform")
+#: ``mass_schedule``: Stan's doubling windows, or two windows in the last 30% of warm-up
+#: (:func:`~bnnzoo.inference.adaptation.late_mass_windows`)
+MASS_SCHEDULES = ("stan", "late")
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class ChEESOptions(WarmupOptions):
     max_leapfrog_steps: int = option(1000, "cap on leapfrog steps per transition", integer(1))
     jitter: str = option("halton", "trajectory jitter u_n in (0, 1): quasi-random 'halton' or 'uniform'",
                          choice(*JITTERS))
+    mass_schedule: str = option("stan", "mass-matrix windows: Stan's doubling ones ('stan'), or two in the last "
+                                "30% of warm-up ('late': the short-T iterations before them are cheap)",
+                                choice(*MASS_SCHEDULES))
 
 
 class ChEESHMC(AdaptiveHMC):
@@ -61,7 +67,10 @@ class ChEESHMC(AdaptiveHMC):
     unless ``trajectory_length`` was given, in which case the expected distance
     :math:`T \sqrt{\operatorname{tr} M^{-1}}` is kept. After warm-up :math:`T` is the
     running average :math:`\log \bar T_n = n^{-1/2} \log T_n + (1 - n^{-1/2}) \log \bar T_{n-1}`
-    (restarted at each mass update); all is frozen.
+    (restarted at each mass update); all is frozen. The mass windows are Stan's, or with
+    ``mass_schedule="late"`` two in the last 30% of warm-up
+    (:func:`~bnnzoo.inference.adaptation.late_mass_windows`): until the first one ends
+    :math:`T` is short and an iteration cheap, after it each costs a full trajectory.
 
     Options: :class:`ChEESOptions`. Per-draw statistics: those of
     :class:`~bnnzoo.inference.kernels.hmc.FixedStepHMC` and ``trajectory_length``
@@ -118,6 +127,13 @@ class ChEESHMC(AdaptiveHMC):
             step_size = self._step_adapter.final_step_size
         low, high = step_size, step_size * self.options.max_leapfrog_steps
         self.trajectory_length = min(max(self.trajectory_length, low), high)
+
+    def warmup_windows(self, warmup_steps: int) -> list[tuple[int, int]]:
+        """Stan's windows, or with ``mass_schedule="late"`` two in the last 30% of warm-up
+        (:func:`~bnnzoo.inference.adaptation.late_mass_windows`)."""
+        if self.options.mass_schedule == "late":
+            return late_mass_windows(warmup_steps)
+        return mass_windows(warmup_steps)
 
     # ---------------------------------------------------------- sampling
     def _next_jitter(self) -> float:

@@ -314,7 +314,12 @@ class AdaptiveHMC(FixedStepHMC):
             self.step_size = self.find_step_size(theta)
             self._step_adapter.restart(self.step_size)
         if self.options.adapt_mass_matrix:
-            self._windows = mass_windows(self._warmup_steps)
+            self._windows = self.warmup_windows(self._warmup_steps)
+
+    def warmup_windows(self, warmup_steps: int) -> list[tuple[int, int]]:
+        """``[start, end)`` of the mass-matrix windows of a warm-up of ``warmup_steps``: Stan's
+        (:func:`~bnnzoo.inference.adaptation.mass_windows`)."""
+        return mass_windows(warmup_steps)
 
     def warmup_acceptance(self, prob: Tensor, diverging: Tensor, finite: Tensor) -> float:
         """The statistic dual averaging steers to ``target_accept``: :func:`acceptance_statistic` over the

@@ -98,9 +98,13 @@ def test_leapfrog_is_reversible_and_nearly_conserves_energy():
     torch.testing.assert_close(-p2, p)
 
 
-def test_correlated_ill_scaled_gaussian():
+@pytest.mark.parametrize("mass_schedule", ["stan", "late"])
+def test_correlated_ill_scaled_gaussian(mass_schedule):
     mean, cov = ill_scaled_gaussian()
-    kernel, draws = sample(GaussianTarget(mean, cov), num_chains=32, num_samples=250, warmup_steps=300)
+    kernel, draws = sample(GaussianTarget(mean, cov), num_chains=32, num_samples=250, warmup_steps=300,
+                           mass_schedule=mass_schedule)
+    expected = {"stan": [(75, 100), (100, 150), (150, 250)], "late": [(210, 232), (232, 270)]}[mass_schedule]
+    assert kernel._windows == expected
     assert_moments(draws.samples["x"], mean, np.sqrt(np.diag(cov)), min_ess=1000)
     # the warm-up found the scales: inverse mass ~ the variances
     np.testing.assert_allclose(kernel.inv_mass.numpy(), np.diag(cov), rtol=0.3)
@@ -151,8 +155,9 @@ def test_a_divergent_chain_counts_as_a_rejection_in_the_steered_statistic():
         ({"trajectory_length": -1.0}, "trajectory_length"),
         ({"max_leapfrog_steps": 0}, "max_leapfrog_steps"),
         ({"jitter": "sobol"}, "jitter"),
+        ({"mass_schedule": "early"}, "mass_schedule"),
     ],
-    ids=["step0", "step-neg", "accept1", "accept0", "one-chain", "length-neg", "max-steps0", "jitter"],
+    ids=["step0", "step-neg", "accept1", "accept0", "one-chain", "length-neg", "max-steps0", "jitter", "schedule"],
 )
 def test_bad_options_raise_naming_the_option(options, name):
     with pytest.raises(ValueError, match=name):  # the chains' check comes when the kernel is set up
