@@ -1,5 +1,6 @@
 """Fixtures shared by every test folder; helpers live in ``tests/support``."""
 
+import os
 import warnings
 
 import pytest
@@ -18,6 +19,27 @@ def compiled_nothing_yet(monkeypatch):
     from bnnzoo.inference import compilation
 
     monkeypatch.setattr(compilation, "_COMPILED_HERE", set())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_compile_record(tmp_path_factory):
+    """``compile="auto"``'s record (compile times, and the eager seconds that runs of a network owe a
+    compile: every eager run adds to it) in a folder of the session's, so no decision depends on what
+    earlier sessions on this machine ran. The inductor cache stays the persistent one, so a
+    compiling test is no slower than a user's second compile."""
+    from bnnzoo.inference import compilation
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+                     or str(compilation.cache_dir() / "inductor"))
+        patch.setenv("BNNZOO_CACHE", str(tmp_path_factory.mktemp("bnnzoo-cache")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def own_compile_record(tmp_path, monkeypatch):
+    """Each test has a record of its own, so its decision does not depend on the tests before it."""
+    monkeypatch.setenv("BNNZOO_CACHE", str(tmp_path / "bnnzoo-cache"))
 
 
 @pytest.fixture

@@ -16,15 +16,22 @@ trajectory length. So :class:`AutoCompile` decides during the run:
    iterations where there is no window) it measures the eager seconds per leapfrog step
    over the last :data:`PROBE` iterations and projects the rest of the run at their mean
    steps per iteration (ChEES jitters its step count from one iteration to the next);
-3. it compiles when the projected saving, :math:`t_\text{rest}(1 - 1/s)`, exceeds the
-   expected compile time: the time the last first compile of it took on this machine,
-   else :data:`COLD_SECONDS`. The speed-up :math:`s` is the one measured for this network
-   and batch on this machine, else an assumed one (:func:`assumed_speedup`: 4 for a small,
-   dispatch-bound network, 2 for a larger one);
+3. it compiles when the saving, :math:`(t_\text{past} + t_\text{rest})(1 - 1/s)`, exceeds
+   the expected compile time: the time the last first compile of it took on this machine,
+   else :data:`COLD_SECONDS`. :math:`t_\text{rest}` is the projected rest of this run and
+   :math:`t_\text{past}` the eager seconds earlier ``"auto"`` runs of the same network and
+   batch spent on this machine since it was last compiled (recorded): the rent-or-buy rule
+   (ski rental), so repeated short runs, none of which pays a compile alone, compile once
+   the eager time they have spent would have paid for it, and their total time stays within
+   about twice what knowing the future would give. Where :math:`t_\text{past}` alone pays,
+   the run compiles at its first iteration. The speed-up :math:`s` is the one measured for
+   this network and batch on this machine, else an assumed one (:func:`assumed_speedup`: 4
+   for a small, dispatch-bound network, 2 for a larger one);
 4. a run that compiled measures its compiled seconds per leapfrog step over the
    :data:`PROBE` iterations after the compiling one, and records the compile time and
    the speed-up over the eager seconds it measured before (``compile_seconds.json`` in
-   the cache folder) for the next run's decision.
+   the cache folder) for the next run's decision, with no eager seconds owed; a run that
+   stayed eager adds its eager seconds to the record.
 
 The inductor cache lives in ``~/.cache/bnnzoo/inductor`` (``$BNNZOO_CACHE/inductor``)
 unless ``TORCHINDUCTOR_CACHE_DIR`` is set, so a second process pays only the warm-cache
@@ -139,10 +146,25 @@ class CompileRecord:
         value = self._entry(key).get("speedup")
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
+    def eager_seconds(self, key: str) -> float:
+        """Eager seconds ``"auto"`` runs of it spent here since its last recorded compile (0 if none)."""
+        value = self._entry(key).get("eager_seconds")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
+
     def put(self, key: str, seconds: float, speedup: float | None = None) -> None:
+        """A compile of ``key`` took ``seconds`` (and gave ``speedup``): no eager seconds owed."""
         entry = {"seconds": round(float(seconds), 3)}
         if speedup is not None:
             entry["speedup"] = round(float(speedup), 2)
+        self._write(key, entry)
+
+    def add_eager(self, key: str, seconds: float) -> None:
+        """An eager ``"auto"`` run of ``key`` took ``seconds``: added to its eager seconds."""
+        entry = dict(self._entry(key))
+        entry["eager_seconds"] = round(self.eager_seconds(key) + max(float(seconds), 0.0), 3)
+        self._write(key, entry)
+
+    def _write(self, key: str, entry: dict) -> None:
         records = {**self._read(), key: entry}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -206,30 +228,41 @@ class AutoCompile:
         self._compile_clock = 0.0
         self._assumed = ASSUMED_SPEEDUP
         self.multi_step = multi_step  # the kernel runs the compiled four-step graph (assumed_speedup)
+        self._started: float | None = None  # the end of the first transition and of the last one
+        self._last: float | None = None
         if not getattr(potential, "analytic", False):
             self.decision = "auto: eager (the model has no analytic gradient to compile)"
         elif not compiler_available():
             self.decision = "auto: eager (no C++ compiler found)"
             warnings.warn("compile='auto': no C++ compiler found (g++, c++, clang++ or $CXX); running eagerly")
+        self._eligible = self.decision is None  # whether compiling was an option at all
 
     def observe(self, steps: int, theta: torch.Tensor) -> None:
         """One transition done with ``steps`` leapfrog steps; decides at :attr:`decide_at`."""
         self.iteration += 1
+        now = time.perf_counter()
         if self.decision is not None:
             if self.compiled and not self.potential.compile:  # a resumed run's fresh potential
                 self._compile()
             elif self._compiled_at is not None and self.speedup is None:
                 self._measure_compiled(steps)
+            elif not self.compiled:
+                self._last = now  # the eager run goes on: its seconds are owed (finish)
             return
         if self._key is None:
             self._key = signature(self.potential, theta)
             self._assumed = assumed_speedup(self.potential, theta, self.multi_step)
+            self._started = now
             if self._key in _COMPILED_HERE:
                 self._compile()
                 self.decision = (f"auto: compiled at iteration {self.iteration} (this process has compiled "
                                  "this network and batch already)")
                 return
-        self._window = (self._window + [(time.perf_counter(), int(steps))])[-(PROBE + 1):]
+            if self._past_pays():
+                self._decide_now(None, f"at iteration {self.iteration}: {self._terms(0.0)}")
+                return
+        self._last = now
+        self._window = (self._window + [(now, int(steps))])[-(PROBE + 1):]
         if self.iteration >= self.decide_at and len(self._window) > PROBE:
             self._decide()
 
@@ -239,24 +272,46 @@ class AutoCompile:
         steps = sum(s for _, s in self._window[1:])
         return (self._window[-1][0] - self._window[0][0] - excluded) / max(steps, 1), steps
 
+    def _expected(self) -> tuple[float, float, bool]:
+        """The expected compile seconds, the speed-up, and whether that was measured here before."""
+        recorded = self.record.get(self._key)
+        measured = self.record.speedup(self._key)
+        speedup = self._assumed if measured is None else min(max(measured, SPEEDUP_RANGE[0]), SPEEDUP_RANGE[1])
+        return (COLD_SECONDS if recorded is None else recorded), speedup, measured is not None
+
+    def _terms(self, rest_seconds: float) -> str:
+        expected, speedup, measured = self._expected()
+        past = self.record.eager_seconds(self._key)
+        owed = f", {past:.0f} s eager on it before" if past else ""
+        return (f"about {rest_seconds:.0f} s left eagerly{owed}, compile expected {expected:.1f} s, speed-up "
+                f"{speedup:.2g}x {'measured here before' if measured else 'assumed'}")
+
+    def _past_pays(self) -> bool:
+        """Whether the eager seconds recorded before this run pay the compile alone."""
+        expected, speedup, _ = self._expected()
+        past = self.record.eager_seconds(self._key)
+        return past > 0 and pays_back(past, expected, speedup)
+
     def _decide(self) -> None:
         per_step, steps = self._window_per_step()
         rest_seconds = (self.total_iterations - self.iteration) * steps / (len(self._window) - 1) * per_step
-        recorded = self.record.get(self._key)
-        expected = COLD_SECONDS if recorded is None else recorded
-        measured = self.record.speedup(self._key)
-        speedup = self._assumed if measured is None else min(max(measured, SPEEDUP_RANGE[0]), SPEEDUP_RANGE[1])
-        numbers = (f"at iteration {self.iteration}: eager {per_step * 1e3:.2g} ms per leapfrog step, about "
-                   f"{rest_seconds:.0f} s left eagerly, compile expected {expected:.1f} s, speed-up "
-                   f"{speedup:.2g}x {'assumed' if measured is None else 'measured here before'}")
-        if pays_back(rest_seconds, expected, speedup):
-            self._fresh = self._key not in _COMPILED_HERE  # another run may have compiled it meanwhile
-            self._eager_per_step, self._compiled_at = per_step, self.iteration
-            self._compile()
-            self.decision = f"auto: compiled {numbers}"
+        expected, speedup, _ = self._expected()
+        past = self.record.eager_seconds(self._key)
+        numbers = (f"at iteration {self.iteration}: eager {per_step * 1e3:.2g} ms per leapfrog step, "
+                   f"{self._terms(rest_seconds)}")
+        if pays_back(rest_seconds + past, expected, speedup):
+            self._decide_now(per_step, numbers)
         else:
             self.decision = f"auto: eager ({numbers})"
         self._window = []
+
+    def _decide_now(self, eager_per_step: float | None, numbers: str) -> None:
+        """Compile from the next leapfrog step on; ``eager_per_step`` (None: not measured) is what
+        the compiled steps' speed-up is measured against."""
+        self._fresh = self._key not in _COMPILED_HERE  # another run may have compiled it meanwhile
+        self._eager_per_step, self._compiled_at = eager_per_step, self.iteration
+        self._compile()
+        self.decision = f"auto: compiled {numbers}"
 
     def _measure_compiled(self, steps: int) -> None:
         """The compiled seconds per step over the PROBE iterations after the compiling one, less
@@ -268,7 +323,7 @@ class AutoCompile:
         self._window.append((time.perf_counter(), int(steps)))
         if len(self._window) > PROBE:
             per_step, _ = self._window_per_step(excluded=self._compile_time() - self._compile_clock)
-            if per_step > 0:
+            if per_step > 0 and self._eager_per_step is not None:
                 self.speedup = self._eager_per_step / per_step
             self._window = []
 
@@ -279,10 +334,13 @@ class AutoCompile:
         self.potential.compile = self.potential.compile_fallback = self.compiled = True
 
     def finish(self) -> None:
-        """After the run: record this compile's time for the next estimate."""
+        """After the run: record this compile's time for the next estimate, or, for a run that could
+        have compiled and stayed eager, add its eager seconds to those owed."""
         seconds = getattr(self.potential, "compile_seconds", 0.0)
         if self._fresh and self.potential.compile and seconds > 0:
             self.record.put(self._key, seconds, self.speedup or self.record.speedup(self._key))
+        elif self._eligible and not self.compiled and self._key is not None and self._last is not None:
+            self.record.add_eager(self._key, self._last - self._started)
 
     def note(self) -> str:
         return self.decision or f"auto: eager (the run ended before the decision at iteration {self.decide_at})"

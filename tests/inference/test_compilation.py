@@ -72,6 +72,17 @@ def cosine_potential():
     return BNNPotential(BNN(zoo.cosine_mlp(hidden=4)), data.x_train, data.y_train)
 
 
+@pytest.fixture
+def clocked(monkeypatch):
+    """A compiler that is there, a clock the test moves, and the small cosine potential with the
+    signature of its 4-chain batch: ``(clock, potential, key)``."""
+    monkeypatch.setattr(compilation, "compiler_available", lambda: True)
+    clock = Clock()
+    monkeypatch.setattr(compilation.time, "perf_counter", clock)
+    potential = cosine_potential()
+    return clock, potential, compilation.signature(potential, torch.zeros(4, potential.dim))
+
+
 def drive(policy, clock, iterations, seconds_per_step, steps):
     theta = torch.zeros(4, policy.potential.dim)
     for _ in range(iterations):
@@ -191,12 +202,8 @@ def test_every_compile_uses_the_persistent_inductor_cache_unless_one_is_chosen(t
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(want)
 
 
-def test_a_graph_compiled_in_this_process_is_free_and_not_recorded(monkeypatch):
-    monkeypatch.setattr(compilation, "compiler_available", lambda: True)
-    clock = Clock()
-    monkeypatch.setattr(compilation.time, "perf_counter", clock)
-    potential = cosine_potential()
-    key = compilation.signature(potential, torch.zeros(4, potential.dim))
+def test_a_graph_compiled_in_this_process_is_free_and_not_recorded(monkeypatch, clocked):
+    clock, potential, key = clocked
     CompileRecord().put(key, 20.0)
     monkeypatch.setattr(compilation, "_COMPILED_HERE", {key})
     policy = AutoCompile(potential, total_iterations=100, decide_at=20)
@@ -260,12 +267,8 @@ def test_compiled_trajectories_run_unrolled_and_draw_what_single_steps_draw(monk
 
 
 @pytest.mark.parametrize("recorded_speedup, compiles", [(None, True), (1.5, False)])
-def test_a_speedup_measured_here_before_is_the_estimate(monkeypatch, recorded_speedup, compiles):
-    monkeypatch.setattr(compilation, "compiler_available", lambda: True)
-    clock = Clock()
-    monkeypatch.setattr(compilation.time, "perf_counter", clock)
-    potential = cosine_potential()
-    key = compilation.signature(potential, torch.zeros(4, potential.dim))
+def test_a_speedup_measured_here_before_is_the_estimate(recorded_speedup, compiles, clocked):
+    clock, potential, key = clocked
     CompileRecord().put(key, 20.0, speedup=recorded_speedup)
     policy = AutoCompile(potential, total_iterations=411, decide_at=11)
     drive(policy, clock, 11, 1e-3, steps=100)
@@ -328,3 +331,42 @@ def test_auto_compile_decides_after_the_kernels_own_first_mass_window():
     assert _auto_compile(stan, small, 200, 100, 1).decide_at == 100 + compilation.PROBE  # Stan's (75, 100)
     assert _auto_compile(late, small, 200, 100, 1).decide_at == 155 + compilation.PROBE  # (140, 155)
 
+
+def test_eager_runs_owe_their_seconds_until_together_they_would_have_paid_the_compile(clocked):
+    """Rent or buy: runs none of which pays a cold compile alone compile once the eager seconds the
+    earlier ones spent, with the rest of this one, would have paid it; the compile clears the debt."""
+    clock, potential, key = clocked
+    owed = []
+    for _ in range(3):
+        potential.compile = False
+        policy = AutoCompile(potential, total_iterations=100, decide_at=20)
+        drive(policy, clock, 100, 1e-3, steps=100)  # 0.1 s an iteration: 8 s left at the decision
+        policy.finish()
+        owed.append(CompileRecord().eager_seconds(key))
+        if policy.compiled:
+            break
+    # 8 s x 3/4 saves 6 s < 20; with 9.9 s owed, 13.4 s < 20; with 19.8 s owed, 20.85 s > 20
+    assert owed[:2] == [pytest.approx(9.9), pytest.approx(19.8)]
+    assert policy.compiled and "at iteration 20" in policy.note() and "20 s eager on it before" in policy.note()
+    potential.compile_seconds = 12.0
+    policy.finish()
+    assert CompileRecord().get(key) == 12.0 and CompileRecord().eager_seconds(key) == 0.0
+
+
+def test_eager_seconds_that_pay_alone_compile_at_the_first_iteration(clocked):
+    clock, potential, key = clocked
+    CompileRecord().add_eager(key, 30.0)  # saves 22.5 s at the 4x assumed: more than a cold compile
+    policy = AutoCompile(potential, total_iterations=100, decide_at=20)
+    drive(policy, clock, 1, 1e-3, steps=100)
+    assert potential.compile and policy.note().startswith("auto: compiled at iteration 1: about 0 s left")
+    assert "30 s eager on it before" in policy.note()
+
+
+def test_a_run_that_could_not_compile_owes_nothing(monkeypatch):
+    monkeypatch.setattr(compilation.shutil, "which", lambda name: None)
+    potential = cosine_potential()
+    with pytest.warns(UserWarning, match="no C.. compiler found"):
+        policy = AutoCompile(potential, total_iterations=10, decide_at=1)
+    drive(policy, Clock(), 10, 1e-3, steps=100)
+    policy.finish()
+    assert CompileRecord()._read() == {}
