@@ -259,7 +259,7 @@ class AutoCompile:
                                  "this network and batch already)")
                 return
             if self._past_pays():
-                self._decide_now(None, f"at iteration {self.iteration}: {self._terms(0.0)}")
+                self._decide_now(None, f"at iteration {self.iteration}: {self._terms(None)}")
                 return
         self._last = now
         self._window = (self._window + [(now, int(steps))])[-(PROBE + 1):]
@@ -279,12 +279,15 @@ class AutoCompile:
         speedup = self._assumed if measured is None else min(max(measured, SPEEDUP_RANGE[0]), SPEEDUP_RANGE[1])
         return (COLD_SECONDS if recorded is None else recorded), speedup, measured is not None
 
-    def _terms(self, rest_seconds: float) -> str:
+    def _terms(self, rest_seconds: float | None) -> str:
+        """The numbers of a decision (``rest_seconds`` None: before any was measured)."""
         expected, speedup, measured = self._expected()
         past = self.record.eager_seconds(self._key)
-        owed = f", {past:.0f} s eager on it before" if past else ""
-        return (f"about {rest_seconds:.0f} s left eagerly{owed}, compile expected {expected:.1f} s, speed-up "
-                f"{speedup:.2g}x {'measured here before' if measured else 'assumed'}")
+        parts = [] if rest_seconds is None else [f"about {rest_seconds:.0f} s left eagerly"]
+        parts += [f"{past:.0f} s eager on it before"] if past else []
+        parts += [f"compile expected {expected:.1f} s",
+                  f"speed-up {speedup:.2g}x {'measured here before' if measured else 'assumed'}"]
+        return ", ".join(parts)
 
     def _past_pays(self) -> bool:
         """Whether the eager seconds recorded before this run pay the compile alone."""
