@@ -240,15 +240,15 @@ class AutoCompile:
     def observe(self, steps: int, theta: torch.Tensor) -> None:
         """One transition done with ``steps`` leapfrog steps; decides at :attr:`decide_at`."""
         self.iteration += 1
-        now = time.perf_counter()
         if self.decision is not None:
             if self.compiled and not self.potential.compile:  # a resumed run's fresh potential
                 self._compile()
             elif self._compiled_at is not None and self.speedup is None:
                 self._measure_compiled(steps)
             elif not self.compiled:
-                self._last = now  # the eager run goes on: its seconds are owed (finish)
+                self._last = time.perf_counter()  # the eager run goes on: its seconds are owed (finish)
             return
+        now = time.perf_counter()
         if self._key is None:
             self._key = signature(self.potential, theta)
             self._assumed = assumed_speedup(self.potential, theta, self.multi_step)
@@ -258,8 +258,7 @@ class AutoCompile:
                 self.decision = (f"auto: compiled at iteration {self.iteration} (this process has compiled "
                                  "this network and batch already)")
                 return
-            if self._past_pays():
-                self._decide_now(None, f"at iteration {self.iteration}: {self._terms(None)}")
+            if self._decide_early():
                 return
         self._last = now
         self._window = (self._window + [(now, int(steps))])[-(PROBE + 1):]
@@ -272,36 +271,40 @@ class AutoCompile:
         steps = sum(s for _, s in self._window[1:])
         return (self._window[-1][0] - self._window[0][0] - excluded) / max(steps, 1), steps
 
-    def _expected(self) -> tuple[float, float, bool]:
-        """The expected compile seconds, the speed-up, and whether that was measured here before."""
+    def _estimate(self) -> tuple[float, float, bool, float]:
+        """From the record: the expected compile seconds, the speed-up, whether that was measured here
+        before, and the eager seconds owed."""
         recorded = self.record.get(self._key)
         measured = self.record.speedup(self._key)
         speedup = self._assumed if measured is None else min(max(measured, SPEEDUP_RANGE[0]), SPEEDUP_RANGE[1])
-        return (COLD_SECONDS if recorded is None else recorded), speedup, measured is not None
+        expected = COLD_SECONDS if recorded is None else recorded
+        return expected, speedup, measured is not None, self.record.eager_seconds(self._key)
 
-    def _terms(self, rest_seconds: float | None) -> str:
+    @staticmethod
+    def _terms(estimate: tuple[float, float, bool, float], rest_seconds: float | None) -> str:
         """The numbers of a decision (``rest_seconds`` None: before any was measured)."""
-        expected, speedup, measured = self._expected()
-        past = self.record.eager_seconds(self._key)
+        expected, speedup, measured, past = estimate
         parts = [] if rest_seconds is None else [f"about {rest_seconds:.0f} s left eagerly"]
         parts += [f"{past:.0f} s eager on it before"] if past else []
         parts += [f"compile expected {expected:.1f} s",
                   f"speed-up {speedup:.2g}x {'measured here before' if measured else 'assumed'}"]
         return ", ".join(parts)
 
-    def _past_pays(self) -> bool:
-        """Whether the eager seconds recorded before this run pay the compile alone."""
-        expected, speedup, _ = self._expected()
-        past = self.record.eager_seconds(self._key)
-        return past > 0 and pays_back(past, expected, speedup)
+    def _decide_early(self) -> bool:
+        """At the first iteration: compile when the eager seconds owed pay the compile alone."""
+        estimate = self._estimate()
+        expected, speedup, _, past = estimate
+        if past > 0 and pays_back(past, expected, speedup):
+            self._decide_now(None, f"at iteration {self.iteration}: {self._terms(estimate, None)}")
+        return self.compiled
 
     def _decide(self) -> None:
         per_step, steps = self._window_per_step()
         rest_seconds = (self.total_iterations - self.iteration) * steps / (len(self._window) - 1) * per_step
-        expected, speedup, _ = self._expected()
-        past = self.record.eager_seconds(self._key)
+        estimate = self._estimate()
+        expected, speedup, _, past = estimate
         numbers = (f"at iteration {self.iteration}: eager {per_step * 1e3:.2g} ms per leapfrog step, "
-                   f"{self._terms(rest_seconds)}")
+                   f"{self._terms(estimate, rest_seconds)}")
         if pays_back(rest_seconds + past, expected, speedup):
             self._decide_now(per_step, numbers)
         else:
@@ -342,7 +345,7 @@ class AutoCompile:
         seconds = getattr(self.potential, "compile_seconds", 0.0)
         if self._fresh and self.potential.compile and seconds > 0:
             self.record.put(self._key, seconds, self.speedup or self.record.speedup(self._key))
-        elif self._eligible and not self.compiled and self._key is not None and self._last is not None:
+        elif self._eligible and not self.compiled and self._last is not None:
             self.record.add_eager(self._key, self._last - self._started)
 
     def note(self) -> str:

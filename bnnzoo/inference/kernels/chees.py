@@ -25,9 +25,8 @@ __all__ = ["ChEESHMC", "ChEESOptions", "JITTERS", "MASS_SCHEDULES"]
 
 Tensor = torch.Tensor
 JITTERS = ("halton", "uniform")
-#: ``mass_schedule``: Stan's doubling windows, or two windows in the last 30% of warm-up
-#: (:func:`~bnnzoo.inference.adaptation.late_mass_windows`)
-MASS_SCHEDULES = ("stan", "late")
+#: ``mass_schedule``'s windows: Stan's doubling ones, or two in the last 30% of warm-up
+MASS_SCHEDULES = {"stan": mass_windows, "late": late_mass_windows}
 
 
 @dataclass(frozen=True)
@@ -131,9 +130,7 @@ class ChEESHMC(AdaptiveHMC):
     def warmup_windows(self, warmup_steps: int) -> list[tuple[int, int]]:
         """Stan's windows, or with ``mass_schedule="late"`` two in the last 30% of warm-up
         (:func:`~bnnzoo.inference.adaptation.late_mass_windows`)."""
-        if self.options.mass_schedule == "late":
-            return late_mass_windows(warmup_steps)
-        return mass_windows(warmup_steps)
+        return MASS_SCHEDULES[self.options.mass_schedule](warmup_steps)
 
     # ---------------------------------------------------------- sampling
     def _next_jitter(self) -> float:
