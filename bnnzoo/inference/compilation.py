@@ -18,7 +18,9 @@ trajectory length. So :class:`AutoCompile` decides during the run:
    steps per iteration (ChEES jitters its step count from one iteration to the next);
 3. it compiles when the saving, :math:`(t_\text{past} + t_\text{rest})(1 - 1/s)`, exceeds
    the expected compile time: the time the last first compile of it took on this machine,
-   else :data:`COLD_SECONDS`. :math:`t_\text{rest}` is the projected rest of this run and
+   else :data:`WARM_SECONDS` where this process or the record has compiled another network
+   (inductor's one-time set-up, most of a first compile, is then on disk), else
+   :data:`COLD_SECONDS`. :math:`t_\text{rest}` is the projected rest of this run and
    :math:`t_\text{past}` the eager seconds earlier ``"auto"`` runs of the same network and
    batch spent on this machine since it was last compiled (recorded): the rent-or-buy rule
    (ski rental), so repeated short runs, none of which pays a compile alone, compile once
@@ -56,7 +58,7 @@ import torch
 from .threads import work_per_gradient
 
 __all__ = ["ASSUMED_SPEEDUP", "ASSUMED_SPEEDUP_SMALL", "AutoCompile", "CHOICES", "COLD_SECONDS", "DISPATCH_BOUND_WORK",
-           "PROBE", "SPEEDUP_RANGE", "assumed_speedup", "cache_dir", "check_compile", "compiled_here",
+           "PROBE", "WARM_SECONDS", "SPEEDUP_RANGE", "assumed_speedup", "cache_dir", "check_compile", "compiled_here",
            "compiler_available", "pays_back"]
 
 #: the values of ``compile``
@@ -78,6 +80,11 @@ SPEEDUP_RANGE = (1.0, 10.0)
 #: (with an empty inductor cache: 16.7-19.3 s for the cosine MLP's three graphs, the gradient,
 #: one step and four steps, on 2026-11-24; 19-25 s for the first two in earlier measurements)
 COLD_SECONDS = 20.0
+#: ... and where this process or the record has compiled another network: inductor's one-time
+#: set-up (about 9 s of a cold 15 s on 2026-11-26; it stays in the inductor cache folder, where a
+#: second process paid about 1 s for it) is done, and a new network pays only its graphs: 5.5-6 s
+#: for the cosine MLP's and 10 s for the digits MLP's (8 to 32 chains, one thread)
+WARM_SECONDS = 8.0
 #: iterations measured before deciding
 PROBE = 10
 #: signatures compiled in this process (:func:`compiled_here`): their graphs are reused, so a
@@ -145,6 +152,11 @@ class CompileRecord:
         """The recorded eager / compiled seconds per leapfrog step, or None."""
         value = self._entry(key).get("speedup")
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    def has_compiled(self) -> bool:
+        """Whether any compile with this torch is recorded: inductor's one-time set-up is then paid."""
+        prefix = f"torch {torch.__version__} |"
+        return any(key.startswith(prefix) and self.get(key) is not None for key in self._read())
 
     def eager_seconds(self, key: str) -> float:
         """Eager seconds ``"auto"`` runs of it spent here since its last recorded compile (0 if none)."""
@@ -277,7 +289,9 @@ class AutoCompile:
         recorded = self.record.get(self._key)
         measured = self.record.speedup(self._key)
         speedup = self._assumed if measured is None else min(max(measured, SPEEDUP_RANGE[0]), SPEEDUP_RANGE[1])
-        expected = COLD_SECONDS if recorded is None else recorded
+        expected = recorded
+        if expected is None:
+            expected = WARM_SECONDS if _COMPILED_HERE or self.record.has_compiled() else COLD_SECONDS
         return expected, speedup, measured is not None, self.record.eager_seconds(self._key)
 
     @staticmethod

@@ -32,11 +32,17 @@ def velocity(p: Tensor, inv_mass: Tensor) -> Tensor:
 def leapfrog_step(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, inv_mass: Tensor,
                   value_and_grad: ValueAndGrad) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     r"""One leapfrog step from ``(theta, p)`` with ``grad`` :math:`= \nabla U(\theta)`:
-    returns :math:`(\theta', p', U(\theta'), \nabla U(\theta'))` (see :func:`leapfrog`)."""
-    p_half = p - 0.5 * step_size * grad
-    theta_new = theta + step_size * velocity(p_half, inv_mass)
+    returns :math:`(\theta', p', U(\theta'), \nabla U(\theta'))` (see :func:`leapfrog`).
+    Each update is one fused ``addcmul`` (a small network's step is bound by the ops it
+    dispatches); a step size that is a number becomes a tensor first (:func:`leapfrog` does it
+    once per trajectory), so every caller (eager, a compiled graph, a captured CUDA graph, whose
+    step size is a buffer) runs the same ops and gets the same bits."""
+    step = step_size if torch.is_tensor(step_size) else theta.new_tensor(float(step_size))
+    half = step * -0.5
+    p_half = torch.addcmul(p, grad, half)
+    theta_new = torch.addcmul(theta, inv_mass * step, p_half)
     value_new, grad_new = value_and_grad(theta_new)
-    return theta_new, p_half - 0.5 * step_size * grad_new, value_new, grad_new
+    return theta_new, p_half.addcmul_(grad_new, half), value_new, grad_new
 
 
 class EnergyTracker:
@@ -141,6 +147,8 @@ def leapfrog(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, 
         steps, max_steps = None, int(num_steps)
     if value is None:
         value = theta.new_full(theta.shape[:-1], float("nan"))
+    if not torch.is_tensor(step_size):
+        step_size = theta.new_tensor(float(step_size))  # once, not at every step (leapfrog_step)
     if step is None:
         def step(theta, p, grad, step_size, inv_mass):
             return leapfrog_step(theta, p, grad, step_size, inv_mass, value_and_grad)

@@ -10,7 +10,7 @@ from bnnzoo.data import load
 from bnnzoo.inference import compilation, run
 from bnnzoo.inference.compilation import AutoCompile, CompileRecord, check_compile, pays_back
 from bnnzoo.inference.kernels import hmc
-from bnnzoo.inference.potential import BNNPotential
+from bnnzoo.inference.potential import BNNPotential, analytic
 from bnnzoo.models import BNN, zoo
 from tests.support.cases import needs_compiler
 
@@ -197,7 +197,8 @@ def test_every_compile_uses_the_persistent_inductor_cache_unless_one_is_chosen(t
     data = load("cosine", seed=0)
     potential = BNNPotential(BNN(zoo.cosine_mlp(hidden=4)), data.x_train, data.y_train, compile=True)
     potential.compile = False  # the graph stand-in above runs the eager method
-    potential._run_compiled("value_and_grad", torch.zeros(2, potential.dim))
+    for _ in range(2):  # value_and_grad's first call runs eagerly, the second compiles
+        potential._run_compiled("value_and_grad", torch.zeros(2, potential.dim))
     want = tmp_path / "cache" / "inductor" if chosen is None else tmp_path / chosen
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(want)
 
@@ -370,3 +371,49 @@ def test_a_run_that_could_not_compile_owes_nothing(monkeypatch):
     drive(policy, Clock(), 10, 1e-3, steps=100)
     policy.finish()
     assert CompileRecord()._read() == {}
+
+
+@pytest.mark.parametrize("other", [None, "recorded", "compiled here"])
+def test_a_new_network_expects_less_once_another_has_paid_inductors_set_up(monkeypatch, clocked, other):
+    """Inductor's one-time set-up is most of a first compile; after another network's compile (in
+    this process, or recorded with this torch) a new one is expected to cost WARM_SECONDS."""
+    clock, potential, key = clocked
+    other_key = key.replace("batch=(4,", "batch=(16,")
+    if other == "recorded":
+        CompileRecord().put(other_key, 15.0)
+        CompileRecord().put("torch 0.0 | an older torch's", 1.0)
+    elif other == "compiled here":
+        monkeypatch.setattr(compilation, "_COMPILED_HERE", {other_key})
+    monkeypatch.setattr(compilation, "WARM_SECONDS", 5.0)
+    policy = AutoCompile(potential, total_iterations=100, decide_at=20)
+    drive(policy, clock, 20, 1e-3, steps=100)  # 8 s left: 6 s saved at 4x, more than 5 s, less than 20 s
+    expected = compilation.COLD_SECONDS if other is None else 5.0
+    assert f"compile expected {expected:.1f} s" in policy.note()
+    assert policy.compiled is (other is not None)
+
+
+def test_the_gradient_graph_called_once_is_not_compiled(monkeypatch):
+    """value_and_grad's first call runs eagerly (ChEES calls it once a run); the second compiles,
+    and gives what the eager call gave. A leapfrog graph compiles at its first call."""
+    compiled = []
+
+    def fake_compiled(name):
+        def graph(potential, *args):
+            compiled.append(name)
+            return analytic.GRAPHS[name](potential, *args)
+        return graph
+
+    monkeypatch.setattr(analytic, "_compiled", fake_compiled)
+    potential = cosine_potential()
+    potential.compile = True
+    theta = torch.randn(3, potential.dim, generator=torch.Generator().manual_seed(0))
+    first = potential.value_and_grad(theta)
+    assert compiled == [] and potential._compiled_keys == set()
+    second = potential.value_and_grad(theta)
+    assert compiled == ["value_and_grad"] and len(potential._compiled_keys) == 1
+    eager = potential._analytic_value_and_grad(theta, potential._x, potential._target, 1.0)
+    for a, b, c in zip(first, second, eager):
+        torch.testing.assert_close(a, c, rtol=0, atol=0)
+        torch.testing.assert_close(b, c, rtol=0, atol=0)
+    potential.leapfrog_step(theta, torch.zeros_like(theta), first[1], 1e-3, torch.ones(potential.dim))
+    assert compiled == ["value_and_grad", "leapfrog_step"]

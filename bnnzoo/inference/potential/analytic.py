@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import time
 import warnings
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ import torch
 
 from ...models.bnn import ACTIVATION_FUNCTIONS
 from ...models.likelihoods import Bernoulli, Categorical, GaussianLikelihood
+from ...models.priors import Gaussian
 from ...models.spec import Dense
 from ..compilation import compiled_here, use_persistent_inductor_cache
 from ..integrators import kinetic_energy, leapfrog_step
@@ -34,8 +36,10 @@ Tensor = torch.Tensor
 #: ``back(g, h)``: ``g * act'(z)`` from the activation's output ``h = act(z)``
 #: (None: the identity). relu/leaky_relu use ``h > 0`` (iff ``z > 0``, as autograd);
 #: softplus ``sigmoid(z) = 1 - exp(-h)``; leaky_relu has torch's default slope 0.01.
+#: tanh is ``g - (g h) h``: two tensor ops instead of three (a small network's step is
+#: bound by the number of ops it dispatches, not by arithmetic)
 ACTIVATION_BACKWARD = {
-    "tanh": lambda g, h: g * (1 - h * h),
+    "tanh": lambda g, h: torch.addcmul(g, g * h, h, value=-1.0),
     "sigmoid": lambda g, h: g * (h * (1 - h)),
     "relu": lambda g, h: g * (h > 0),
     "leaky_relu": lambda g, h: torch.where(h > 0, g, 0.01 * g),
@@ -43,6 +47,21 @@ ACTIVATION_BACKWARD = {
     "linear": None,
     None: None,
 }
+
+#: the activations of the analytic path, allowed to overwrite their input (a fresh pre-activation
+#: that nothing else reads; no autograd here): the functions of
+#: :data:`~bnnzoo.models.bnn.ACTIVATION_FUNCTIONS` without their temporaries (tanh is the
+#: same ``2 sigmoid(2z) - 1``, op for op, so the same bits)
+ACTIVATION_IN_PLACE = {
+    "tanh": lambda z: z.mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0),
+    "sigmoid": torch.sigmoid_,
+    "relu": torch.relu_,
+}
+
+
+def _activation(name):
+    """The analytic path's activation ``name``: in place where :data:`ACTIVATION_IN_PLACE` has it."""
+    return ACTIVATION_IN_PLACE.get(name) or ACTIVATION_FUNCTIONS[name]
 
 
 def dense_value_and_grads(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]]:
@@ -55,27 +74,43 @@ def dense_value_and_grads(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]
     Backward, from :math:`\delta_L = \partial U/\partial f \odot \mathrm{act}_L'(z_L)`:
 
     .. math:: \partial U/\partial W_l = \delta_l^T h_{l-1}, \quad
-              \partial U/\partial b_l = 	extstyle\sum_n \delta_{l,n}, \quad
+              \partial U/\partial b_l = \textstyle\sum_n \delta_{l,n}, \quad
               \delta_{l-1} = (\delta_l W_l) \odot \mathrm{act}_{l-1}'(z_{l-1}).
 
-    Returns ``U`` and the gradients in site order (``W_0, b_0, W_1, ...``, no
-    entry for a missing bias).
+    ``act`` may overwrite its argument (:data:`ACTIVATION_IN_PLACE`). Returns ``U`` and the
+    gradients in site order (``W_0, b_0, W_1, ...``, no entry for a missing bias).
     """
-    hs = [x]
+    batch = layers[0][0].shape[:-2]
+    flat = [(w.reshape((-1,) + w.shape[-2:]), None if b is None else b.reshape(-1, 1, b.shape[-1]), act, back)
+            for w, b, act, back in layers]
+    h = x if x.dim() == 2 else x.reshape((-1,) + x.shape[-2:])
+    value, grads = _dense_batched(h, flat, lambda f: loss(f.reshape(batch + f.shape[1:])))
+    return value, [g.reshape(batch + g.shape[1:]) for g in grads]
+
+
+def _dense_batched(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]]:
+    """:func:`dense_value_and_grads` on one batch dimension ``C``: ``W [C, out, in]``, ``b [C, 1, out]``
+    or None, ``x [N, in]`` or ``[C, N, in]``; ``loss(f [C, N, out])`` may return ``dU/df`` of any
+    shape with ``f``'s elements. Each product is one ``bmm`` (with the bias, one ``baddbmm``):
+    a small network's step is bound by the ops it dispatches, and this path runs few. The bias
+    gradients are ``[C, out]``."""
+    hs = [x.expand((layers[0][0].shape[0],) + x.shape) if x.dim() == 2 else x]
     for w, b, act, _ in layers:
-        z = torch.matmul(hs[-1], w.transpose(-1, -2))
-        hs.append(act(z if b is None else z + b.unsqueeze(-2)))
-    value, delta = loss(hs[-1])
+        wt = w.transpose(1, 2)
+        hs.append(act(torch.bmm(hs[-1], wt) if b is None else torch.baddbmm(b, hs[-1], wt)))
+    f = hs[-1]
+    value, delta = loss(f)
+    delta = delta.reshape(f.shape)
     grads = []
     for i in range(len(layers) - 1, -1, -1):
         w, b, _, back = layers[i]
         if back is not None:
             delta = back(delta, hs[i + 1])
         if b is not None:
-            grads.append(delta.sum(-2))
-        grads.append(torch.matmul(delta.transpose(-1, -2), hs[i]))
+            grads.append(delta.sum(1))
+        grads.append(torch.bmm(delta.transpose(1, 2), hs[i]))
         if i:
-            delta = torch.matmul(delta, w)
+            delta = torch.bmm(delta, w)
     grads.reverse()
     return value, grads
 
@@ -129,32 +164,66 @@ class AnalyticMixin:
             self._target = self.y.to(dtype).unsqueeze(-1)  # [N, 1], like f
         self._inv_var = 1.0 / float(lik.noise) ** 2 if kind == "gaussian" else 1.0
         # N log(noise) + N/2 log(2 pi): the same for a minibatch once scaled by N/B
-        self._lik_const = self.num_data * (math.log(float(lik.noise)) + 0.5 * math.log(2 * math.pi)) \
+        lik_const = self.num_data * (math.log(float(lik.noise)) + 0.5 * math.log(2 * math.pi)) \
             if kind == "gaussian" else 0.0
+        # a Gaussian prior's U is w^2 / (2 s^2) plus a constant: one dot product, and the
+        # constants of every such segment and of the likelihood added once
+        self._prior_terms, self._constant = [], lik_const
+        for start, end, prior in self._segments:
+            if isinstance(prior, Gaussian) and isinstance(prior.scale, numbers.Real):
+                precision = 1.0 / float(prior.scale) ** 2
+                self._prior_terms.append((start, end, None, precision))
+                self._constant += (end - start) * (math.log(float(prior.scale)) + 0.5 * math.log(2 * math.pi))
+            else:
+                self._prior_terms.append((start, end, prior, None))
         self._loss = {"gaussian": self._gaussian_loss, "bernoulli": _bernoulli_loss,
                       "categorical": _categorical_loss}[kind]
         self._shapes = [self.shapes[n] for n in self.names]
-        self._layers = [(ACTIVATION_FUNCTIONS[layer.activation], ACTIVATION_BACKWARD[layer.activation], layer.bias)
+        self._flat_shape_cache: dict[int, list[tuple[int, ...]]] = {}
+        self._layers = [(_activation(layer.activation), ACTIVATION_BACKWARD[layer.activation], layer.bias)
                         for layer in spec.layers]
         return kind
 
     def _gaussian_loss(self, f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        """``|f - y|^2 / (2 noise^2)`` summed, times ``scale``, without its constant, and its gradient."""
         r = f - y
-        value = (0.5 * scale * self._inv_var) * r.square().sum((-1, -2)) + self._lik_const
-        return value, r * (scale * self._inv_var)
+        flat = r.reshape(r.shape[:-2] + (-1,))
+        value = torch.linalg.vecdot(flat, flat).mul_(0.5 * scale * self._inv_var)
+        return value, r.mul_(scale * self._inv_var)
 
     def _analytic_value_and_grad(self, theta: Tensor, x: Tensor, target: Tensor, scale: float):
-        """``U`` and ``dU/dtheta`` with the likelihood of ``(x, target)`` scaled by ``scale``."""
+        """``U`` and ``dU/dtheta`` with the likelihood of ``(x, target)`` scaled by ``scale``
+        (``x [N, in]``, or ``[*batch, N, in]`` with ``theta [*batch, D]``)."""
         batch = theta.shape[:-1]
-        parts = iter(p.reshape(batch + s) for p, s in zip(torch.split(theta, self.sizes, dim=-1), self._shapes))
+        flat = theta if theta.dim() == 2 else theta.reshape(-1, theta.shape[-1])
+        chains = flat.shape[0]
+        if x.dim() > 2 and x.dim() != 3:
+            x, target = x.reshape((chains,) + x.shape[-2:]), target.reshape((chains,) + target.shape[-2:])
+        parts = iter(part.view(shape) for part, shape in zip(torch.split(flat, self.sizes, dim=-1),
+                                                            self._flat_shapes(chains)))
         layers = [(next(parts), next(parts) if bias else None, act, back) for act, back, bias in self._layers]
-        value, grads = dense_value_and_grads(x, layers, lambda f: self._loss(f, target, scale))
-        grad = torch.cat([g.reshape(batch + (-1,)) for g in grads], dim=-1)
-        for start, end, prior in self._segments:
-            w = theta[..., start:end]
-            value = value - prior.log_density(w).sum(-1)
-            grad[..., start:end] -= prior.log_density_grad(w)
-        return value, grad
+        value, grads = _dense_batched(x, layers, lambda f: self._loss(f, target, scale))
+        grad = torch.cat([g.view(chains, -1) for g in grads], dim=-1)
+        for start, end, prior, precision in self._prior_terms:
+            whole = start == 0 and end == flat.shape[-1]
+            w = flat if whole else flat[:, start:end]
+            if precision is not None:  # Gaussian: U += w^2 / (2 s^2), grad += w / s^2
+                value = value.add(torch.linalg.vecdot(w, w), alpha=0.5 * precision)
+                (grad if whole else grad[:, start:end]).add_(w, alpha=precision)
+            else:
+                value = value - prior.log_density(w).sum(-1)
+                grad[:, start:end] -= prior.log_density_grad(w)
+        if self._constant:
+            value = value + self._constant
+        return (value, grad) if theta.dim() == 2 else (value.reshape(batch), grad.reshape(theta.shape))
+
+    def _flat_shapes(self, chains: int) -> list[tuple[int, ...]]:
+        """Each site's shape with the chains in front, a bias as ``[C, 1, out]`` (what ``baddbmm`` adds)."""
+        shapes = self._flat_shape_cache.get(chains)
+        if shapes is None:
+            shapes = self._flat_shape_cache[chains] = [(chains,) + (s if len(s) == 2 else (1,) + s)
+                                                       for s in self._shapes]
+        return shapes
 
     def _run_compiled(self, name: str, *args: Tensor):
         # torch.Size is hashable: no copies on the hot path. The thread count is in the key because
@@ -162,6 +231,11 @@ class AnalyticMixin:
         key = (name, torch.get_num_threads(), *(a.shape for a in args))
         if key in self._compiled_keys:
             return _compiled(name)(self, *args)
+        if name == "value_and_grad" and key not in self._called_once:
+            # a kernel that steps with the leapfrog graphs calls this one once a run (ChEES's first
+            # gradient), not worth a second of compiling: its first call runs eagerly
+            self._called_once.add(key)
+            return GRAPHS[name](self, *args)
         use_persistent_inductor_cache()  # compile=True too, before torch settles on /tmp's
         start = time.perf_counter()
         try:
@@ -207,6 +281,10 @@ def _leapfrog_steps_graph(potential: BNNPotential, theta, p, grad, step_size, in
     return theta, p, value, grad, high, low
 
 
+#: the functions :func:`_compiled` compiles, by name; called uncompiled they run eagerly
+GRAPHS = {"value_and_grad": _value_and_grad_graph, "leapfrog_step": _leapfrog_step_graph,
+          "leapfrog_steps": _leapfrog_steps_graph}
+
 #: variants (networks, shapes, thread counts) of each compiled graph one process may hold
 RECOMPILE_LIMIT = 128
 
@@ -216,6 +294,4 @@ def _compiled(name: str):
     """The compiled graph functions, made once per process: the potential is an argument,
     so a new potential of the same network (same shapes, priors and likelihood) reuses
     the graph; dynamo's guards recompile when they differ."""
-    graph = {"value_and_grad": _value_and_grad_graph, "leapfrog_step": _leapfrog_step_graph,
-             "leapfrog_steps": _leapfrog_steps_graph}[name]
-    return torch.compile(graph, dynamic=False)
+    return torch.compile(GRAPHS[name], dynamic=False)

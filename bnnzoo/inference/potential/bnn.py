@@ -38,8 +38,10 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         Run the full-data :meth:`value_and_grad` and :meth:`leapfrog_step` as
         ``torch.compile`` graphs (inductor fuses the forward, the backward and the
         leapfrog update into one C++ loop nest). Needs the analytic path and a C++
-        compiler. The first call for each input shape compiles (seconds; about 20 s
-        on a machine with an empty inductor cache), later calls and later potentials
+        compiler. The first call for each input shape compiles (seconds; about 15-20 s on a
+        machine with an empty inductor cache; :meth:`value_and_grad`'s first call runs eagerly
+        and its second compiles, since a kernel that steps with the leapfrog graph calls it
+        once a run), later calls and later potentials
         of the same network reuse the graph (the data are graph inputs, not
         constants); :attr:`compile_seconds` adds up the time of the compiling calls.
         Past dynamo's recompile limit (8 variants per process by default) calls
@@ -85,6 +87,7 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         #: on a failed compile, warn and go on eagerly instead of raising (``compile="auto"``)
         self.compile_fallback = False
         self._compiled_keys: set[tuple] = set()
+        self._called_once: set[tuple] = set()  # value_and_grad's shapes whose first call ran eagerly
 
     def _prior_segments(self):
         """Runs of adjacent unconstrained sites sharing one iid prior: their log

@@ -115,12 +115,12 @@ def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_na
     eager, compiled = BNNPotential(model, x, y), BNNPotential(model, x, y, compile=True)
     assert compiled.compile and compiled.compile_seconds == 0.0
     theta = random_points(eager, 4, seed=5)
-    for t in (theta, theta[0]):  # chains [C, D] and one chain [D]
+    for t in (theta, theta[0], theta, theta[0]):  # chains [C, D] and one chain [D]; value_and_grad compiles at its 2nd call
         (v1, g1), (v2, g2) = compiled.value_and_grad(t), eager.value_and_grad(t)
         assert v1.shape == v2.shape == t.shape[:-1] and g1.shape == t.shape
         torch.testing.assert_close(v1, v2, rtol=1e-10, atol=0)
         torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-10 * float(g2.abs().max()))
-    assert compiled.compile_seconds > 0.0
+    assert compiled.compile_seconds > 0.0 and len(compiled._compiled_keys) == 2
     # a leapfrog step for two step sizes: the step size is an input of the graph, not a constant
     p = torch.randn(theta.shape, generator=torch.Generator().manual_seed(6), dtype=theta.dtype)
     inv_mass = torch.linspace(0.5, 2.0, eager.dim, dtype=theta.dtype)
@@ -147,7 +147,9 @@ def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_na
         eager.leapfrog_steps(theta, p, grad, 0.01, inv_mass, high, low)
     # another data set of the same shapes reuses the graph: the data are inputs, not constants
     shifted = (x + 1.0, y.flip(0))
-    v1, g1 = BNNPotential(model, *shifted, compile=True).value_and_grad(theta)
+    other = BNNPotential(model, *shifted, compile=True)
+    other.value_and_grad(theta)  # eager: the first call
+    v1, g1 = other.value_and_grad(theta)
     v2, g2 = BNNPotential(model, *shifted).value_and_grad(theta)
     torch.testing.assert_close(v1, v2, rtol=1e-10, atol=0)
     torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-10 * float(g2.abs().max()))
@@ -167,11 +169,13 @@ def test_many_networks_in_one_process_all_run_compiled():
         for hidden in range(31, 41):
             potential = BNNPotential(BNN(BNNSpec(layers=[Dense(hidden, "tanh"), Dense(1)], input_dim=1)), x, y, compile=True)
             before = counters["stats"]["unique_graphs"]
-            potential.value_and_grad(torch.zeros(3, potential.dim))
+            for _ in range(2):  # value_and_grad: the first call runs eagerly, the second compiles
+                potential.value_and_grad(torch.zeros(3, potential.dim))
             assert counters["stats"]["unique_graphs"] == before + 1, hidden
         torch.set_num_threads(threads + 1)  # a thread count is a new variant too
         before = counters["stats"]["unique_graphs"]
-        potential.value_and_grad(torch.zeros(3, potential.dim))
+        for _ in range(2):
+            potential.value_and_grad(torch.zeros(3, potential.dim))
         assert counters["stats"]["unique_graphs"] == before + 1
     finally:
         torch.set_num_threads(threads)
