@@ -30,13 +30,19 @@ def velocity(p: Tensor, inv_mass: Tensor) -> Tensor:
 
 
 def leapfrog_step(theta: Tensor, p: Tensor, grad: Tensor, step_size: float | Tensor, inv_mass: Tensor,
-                  value_and_grad: ValueAndGrad) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                  value_and_grad: ValueAndGrad, fused: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     r"""One leapfrog step from ``(theta, p)`` with ``grad`` :math:`= \nabla U(\theta)`:
     returns :math:`(\theta', p', U(\theta'), \nabla U(\theta'))` (see :func:`leapfrog`).
     Each update is one fused ``addcmul`` (a small network's step is bound by the ops it
     dispatches); a step size that is a number becomes a tensor first (:func:`leapfrog` does it
-    once per trajectory), so every caller (eager, a compiled graph, a captured CUDA graph, whose
-    step size is a buffer) runs the same ops and gets the same bits."""
+    once per trajectory), so eager steps and a captured CUDA graph's (whose step size is a
+    buffer) run the same ops and get the same bits. ``fused=False``: the plain formulas, which a
+    ``torch.compile`` graph traces (inductor fuses them into its loops)."""
+    if not fused:
+        p_half = p - 0.5 * step_size * grad
+        theta_new = theta + step_size * velocity(p_half, inv_mass)
+        value_new, grad_new = value_and_grad(theta_new)
+        return theta_new, p_half - 0.5 * step_size * grad_new, value_new, grad_new
     step = step_size if torch.is_tensor(step_size) else theta.new_tensor(float(step_size))
     half = step * -0.5
     p_half = torch.addcmul(p, grad, half)

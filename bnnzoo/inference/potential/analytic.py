@@ -48,6 +48,10 @@ ACTIVATION_BACKWARD = {
     None: None,
 }
 
+#: the derivatives a ``torch.compile`` graph traces: tanh's as ``g (1 - h^2)``, which inductor
+#: fuses into its loops (the fewer-op forms here are for eager dispatch)
+GRAPH_BACKWARD = {**ACTIVATION_BACKWARD, "tanh": lambda g, h: g * (1 - h * h)}
+
 #: the activations of the analytic path, allowed to overwrite their input (a fresh pre-activation
 #: that nothing else reads; no autograd here): the functions of
 #: :data:`~bnnzoo.models.bnn.ACTIVATION_FUNCTIONS` without their temporaries (tanh is the
@@ -191,11 +195,17 @@ class AnalyticMixin:
         self._flat_shape_cache: dict[int, list[tuple[int, ...]]] = {}
         self._layers = [(_activation(layer.activation), ACTIVATION_BACKWARD[layer.activation], layer.bias)
                         for layer in spec.layers]
+        self._graph_layers = [(ACTIVATION_FUNCTIONS[layer.activation], GRAPH_BACKWARD[layer.activation], layer.bias)
+                              for layer in spec.layers]
+        self._lik_const, self._lik_kind = lik_const, kind
         return kind
 
-    def _gaussian_loss(self, f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-        """``|f - y|^2 / (2 noise^2)`` summed, times ``scale``, without its constant, and its gradient."""
+    def _gaussian_loss(self, f: Tensor, y: Tensor, scale: float, graph: bool = False) -> tuple[Tensor, Tensor]:
+        """``|f - y|^2 / (2 noise^2)`` summed, times ``scale``, and its gradient; eagerly without its
+        constant (added once), in a graph with it, written as inductor fuses it best."""
         r = f - y
+        if graph:
+            return (0.5 * scale * self._inv_var) * r.square().sum((-1, -2)) + self._lik_const, r * (scale * self._inv_var)
         flat = r.reshape(r.shape[:-2] + (-1,))
         value = torch.linalg.vecdot(flat, flat).mul_(0.5 * scale * self._inv_var)
         return value, r.mul_(scale * self._inv_var)
@@ -212,9 +222,19 @@ class AnalyticMixin:
             x, target = x.reshape((chains,) + x.shape[-2:]), target.reshape((chains,) + target.shape[-2:])
         parts = iter(part.view(shape) for part, shape in zip(torch.split(flat, self.sizes, dim=-1),
                                                             self._flat_shapes(chains)))
-        layers = [(next(parts), next(parts) if bias else None, act, back) for act, back, bias in self._layers]
-        value, grads = _dense_batched(x, layers, lambda f: self._loss(f, target, scale), graph)
+        layers = [(next(parts), next(parts) if bias else None, act, back)
+                  for act, back, bias in (self._graph_layers if graph else self._layers)]
+        if graph and self._lik_kind == "gaussian":  # (dynamo compares bound methods unequal)
+            value, grads = _dense_batched(x, layers, lambda f: self._gaussian_loss(f, target, scale, True), True)
+        else:
+            value, grads = _dense_batched(x, layers, lambda f: self._loss(f, target, scale), graph)
         grad = torch.cat([g.view(chains, -1) for g in grads], dim=-1)
+        if graph:  # each prior segment through its own density, as inductor fuses it best
+            for start, end, prior in self._segments:
+                w = flat[:, start:end]
+                value = value - prior.log_density(w).sum(-1)
+                grad[:, start:end] -= prior.log_density_grad(w)
+            return (value, grad) if theta.dim() == 2 else (value.reshape(batch), grad.reshape(theta.shape))
         for start, end, prior, precision in self._prior_terms:
             whole = start == 0 and end == flat.shape[-1]
             w = flat if whole else flat[:, start:end]
@@ -246,7 +266,7 @@ class AnalyticMixin:
             # a kernel that steps with the leapfrog graphs calls this one once a run (ChEES's first
             # gradient), not worth a second of compiling: its first call runs eagerly
             self._called_once.add(key)
-            return GRAPHS[name](self, *args)
+            return self._analytic_value_and_grad(args[0], self._x, self._target, 1.0)
         use_persistent_inductor_cache()  # compile=True too, before torch settles on /tmp's
         start = time.perf_counter()
         try:
@@ -274,7 +294,8 @@ def _value_and_grad_graph(potential: BNNPotential, theta: Tensor) -> tuple[Tenso
 
 
 def _leapfrog_step_graph(potential: BNNPotential, theta, p, grad, step_size, inv_mass):
-    return leapfrog_step(theta, p, grad, step_size, inv_mass, lambda t: _value_and_grad_graph(potential, t))
+    return leapfrog_step(theta, p, grad, step_size, inv_mass, lambda t: _value_and_grad_graph(potential, t),
+                         fused=False)
 
 
 #: leapfrog steps one call of the compiled ``leapfrog_steps`` graph runs: a call's Python and
