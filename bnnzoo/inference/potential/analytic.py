@@ -185,27 +185,32 @@ class AnalyticMixin:
         for start, end, prior in self._segments:
             if isinstance(prior, Gaussian) and isinstance(prior.scale, numbers.Real):
                 precision = 1.0 / float(prior.scale) ** 2
-                self._prior_terms.append((start, end, None, precision))
+                self._prior_terms.append((start, end, prior, precision))
                 self._constant += (end - start) * (math.log(float(prior.scale)) + 0.5 * math.log(2 * math.pi))
             else:
                 self._prior_terms.append((start, end, prior, None))
         self._loss = {"gaussian": self._gaussian_loss, "bernoulli": _bernoulli_loss,
                       "categorical": _categorical_loss}[kind]
+        self._graph_loss = {"gaussian": self._gaussian_graph_loss, "bernoulli": _bernoulli_loss,
+                            "categorical": _categorical_loss}[kind]
         self._shapes = [self.shapes[n] for n in self.names]
         self._flat_shape_cache: dict[int, list[tuple[int, ...]]] = {}
         self._layers = [(_activation(layer.activation), ACTIVATION_BACKWARD[layer.activation], layer.bias)
                         for layer in spec.layers]
         self._graph_layers = [(ACTIVATION_FUNCTIONS[layer.activation], GRAPH_BACKWARD[layer.activation], layer.bias)
                               for layer in spec.layers]
-        self._lik_const, self._lik_kind = lik_const, kind
+        self._lik_const = lik_const
         return kind
 
-    def _gaussian_loss(self, f: Tensor, y: Tensor, scale: float, graph: bool = False) -> tuple[Tensor, Tensor]:
-        """``|f - y|^2 / (2 noise^2)`` summed, times ``scale``, and its gradient; eagerly without its
-        constant (added once), in a graph with it, written as inductor fuses it best."""
+    def _gaussian_graph_loss(self, f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        """:meth:`_gaussian_loss` with its constant, written as inductor fuses it best (a graph's)."""
         r = f - y
-        if graph:
-            return (0.5 * scale * self._inv_var) * r.square().sum((-1, -2)) + self._lik_const, r * (scale * self._inv_var)
+        return (0.5 * scale * self._inv_var) * r.square().sum((-1, -2)) + self._lik_const, r * (scale * self._inv_var)
+
+    def _gaussian_loss(self, f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        """``|f - y|^2 / (2 noise^2)`` summed, times ``scale``, without its constant (added once with
+        the priors'), and its gradient."""
+        r = f - y
         flat = r.reshape(r.shape[:-2] + (-1,))
         value = torch.linalg.vecdot(flat, flat).mul_(0.5 * scale * self._inv_var)
         return value, r.mul_(scale * self._inv_var)
@@ -218,33 +223,26 @@ class AnalyticMixin:
         batch = theta.shape[:-1]
         flat = theta if theta.dim() == 2 else theta.reshape(-1, theta.shape[-1])
         chains = flat.shape[0]
-        if x.dim() > 2 and x.dim() != 3:
+        if x.dim() > 3:
             x, target = x.reshape((chains,) + x.shape[-2:]), target.reshape((chains,) + target.shape[-2:])
         parts = iter(part.view(shape) for part, shape in zip(torch.split(flat, self.sizes, dim=-1),
                                                             self._flat_shapes(chains)))
         layers = [(next(parts), next(parts) if bias else None, act, back)
                   for act, back, bias in (self._graph_layers if graph else self._layers)]
-        if graph and self._lik_kind == "gaussian":  # (dynamo compares bound methods unequal)
-            value, grads = _dense_batched(x, layers, lambda f: self._gaussian_loss(f, target, scale, True), True)
-        else:
-            value, grads = _dense_batched(x, layers, lambda f: self._loss(f, target, scale), graph)
+        loss = self._graph_loss if graph else self._loss
+        value, grads = _dense_batched(x, layers, lambda f: loss(f, target, scale), graph)
         grad = torch.cat([g.view(chains, -1) for g in grads], dim=-1)
-        if graph:  # each prior segment through its own density, as inductor fuses it best
-            for start, end, prior in self._segments:
+        for start, end, prior, precision in self._prior_terms:
+            if precision is None or graph:  # through the prior's density (in a graph: as inductor fuses best)
                 w = flat[:, start:end]
                 value = value - prior.log_density(w).sum(-1)
                 grad[:, start:end] -= prior.log_density_grad(w)
-            return (value, grad) if theta.dim() == 2 else (value.reshape(batch), grad.reshape(theta.shape))
-        for start, end, prior, precision in self._prior_terms:
-            whole = start == 0 and end == flat.shape[-1]
-            w = flat if whole else flat[:, start:end]
-            if precision is not None:  # Gaussian: U += w^2 / (2 s^2), grad += w / s^2
+            else:  # Gaussian: U += w^2 / (2 s^2) (its constant is in self._constant), grad += w / s^2
+                whole = start == 0 and end == flat.shape[-1]
+                w = flat if whole else flat[:, start:end]
                 value = value.add(torch.linalg.vecdot(w, w), alpha=0.5 * precision)
                 (grad if whole else grad[:, start:end]).add_(w, alpha=precision)
-            else:
-                value = value - prior.log_density(w).sum(-1)
-                grad[:, start:end] -= prior.log_density_grad(w)
-        if self._constant:
+        if self._constant and not graph:  # a graph's loss and priors carry their own constants
             value = value + self._constant
         return (value, grad) if theta.dim() == 2 else (value.reshape(batch), grad.reshape(theta.shape))
 
@@ -313,7 +311,7 @@ def _leapfrog_steps_graph(potential: BNNPotential, theta, p, grad, step_size, in
     return theta, p, value, grad, high, low
 
 
-#: the functions :func:`_compiled` compiles, by name; called uncompiled they run eagerly
+#: the functions :func:`_compiled` compiles, by name
 GRAPHS = {"value_and_grad": _value_and_grad_graph, "leapfrog_step": _leapfrog_step_graph,
           "leapfrog_steps": _leapfrog_steps_graph}
 
