@@ -4,7 +4,7 @@ The batched HMC kernels (``chees``, ``fixed_hmc``, ``proximal_hmc``) can run the
 gradient and the leapfrog step as ``torch.compile`` graphs
 (:class:`~bnnzoo.inference.potential.BNNPotential` with ``compile=True``): 2.3 to 3.1x
 faster per step on the networks of ``benchmarks/results/gradient.md``, for a compile of
-about 20 s with an empty inductor cache and about 3 s with a warm one. Whether that pays
+about 10-13 s with an empty inductor cache and 3-9 s once inductor is set up. Whether that pays
 depends on how long the run is, which for ChEES is not known before warm-up has set the
 trajectory length. So :class:`AutoCompile` decides during the run:
 
@@ -76,14 +76,16 @@ DISPATCH_BOUND_WORK = 1_000_000
 #: the range a recorded speed-up is trusted in (a noisy measurement must not make a run
 #: compile for a saving it cannot have, or never compile again)
 SPEEDUP_RANGE = (1.0, 10.0)
-#: seconds a first compile is expected to take with no record on this machine
-#: (with an empty inductor cache: 16.7-19.3 s for the cosine MLP's three graphs, the gradient,
-#: one step and four steps, on 2026-11-24; 19-25 s for the first two in earlier measurements)
-COLD_SECONDS = 20.0
+#: seconds a first compile is expected to take with no record on this machine: with an empty
+#: inductor cache, the cosine MLP's graphs took 9.8 s under ChEES (its four-step graph alone) and
+#: 12.5 s under batched NUTS (the gradient and one step) on 2026-11-26, 8 chains, one thread
+#: (16.7-19.3 s on 2026-11-24, when ChEES compiled three graphs)
+COLD_SECONDS = 13.0
 #: ... and where this process or the record has compiled another network: inductor's one-time
-#: set-up (about 9 s of a cold 15 s on 2026-11-26; it stays in the inductor cache folder, where a
-#: second process paid about 1 s for it) is done, and a new network pays only its graphs: 5.5-6 s
-#: for the cosine MLP's and 10 s for the digits MLP's (8 to 32 chains, one thread)
+#: set-up (most of a cold compile; it stays in the inductor cache folder, where a second process
+#: paid about 1 s for it) is done, and a new network pays only its graphs: on 2026-11-26 ChEES's
+#: graph took 2.8 s for the cosine MLP at another chain count and 5.1-6.0 s for the digits MLP,
+#: batched NUTS's 5.5 s and 8.6-8.8 s (8 and 16 chains, one thread)
 WARM_SECONDS = 8.0
 #: iterations measured before deciding
 PROBE = 10

@@ -9,7 +9,7 @@ import torch
 from bnnzoo.data import load
 from bnnzoo.inference import compilation, run
 from bnnzoo.inference.compilation import AutoCompile, CompileRecord, check_compile, pays_back
-from bnnzoo.inference.kernels import hmc
+from bnnzoo.inference.kernels import ChEESHMC, hmc
 from bnnzoo.inference.potential import BNNPotential, analytic
 from bnnzoo.models import BNN, zoo
 from tests.support.cases import needs_compiler
@@ -100,7 +100,7 @@ def test_decides_from_the_measured_rest_of_the_run(monkeypatch, seconds_per_step
     drive(policy, clock, 49, seconds_per_step, steps=100)
     assert policy.decision is None and not potential.compile
     drive(policy, clock, 1, seconds_per_step, steps=100)
-    # 950 iterations x 100 steps left: 95 s eagerly at 1 ms a step (saves 71 s > 20 s), 0.95 s at 10 us
+    # 950 iterations x 100 steps left: 95 s eagerly at 1 ms a step (saves 71 s > COLD_SECONDS), 0.95 s at 10 us
     assert potential.compile is compiles and policy.compiled is compiles
     assert policy.note().startswith("auto: compiled" if compiles else "auto: eager")
     assert "at iteration 50" in policy.note() and f"compile expected {compilation.COLD_SECONDS:.1f} s" in policy.note()
@@ -243,10 +243,11 @@ def test_a_compile_true_run_makes_the_next_auto_run_compile_at_once(monkeypatch)
 
 @needs_compiler
 def test_compiled_trajectories_run_unrolled_and_draw_what_single_steps_draw(monkeypatch):
-    """A compiled run's trajectories go through ``leapfrog_steps`` (UNROLL steps a call, the
-    rest single steps) and give the draws of the single-step compiled graph."""
+    """A compiled run's trajectories go through ``leapfrog_steps`` alone (UNROLL steps a call, the
+    last call padded with steps of size 0; no one-step graph is compiled) and give the draws of the
+    single-step compiled graph."""
     options = dict(engine="fixed_hmc", num_chains=4, num_samples=6, warmup_steps=2, seed=1, progress=False,
-                   compile=True, step_size=2e-3, num_steps=10)  # 10 = 2 calls of 4 + 2 single steps
+                   compile=True, step_size=2e-3, num_steps=10)  # 10 = 2 calls of 4 + a call of 2 and 2 padding
     calls = []
     original = BNNPotential.leapfrog_steps
 
@@ -254,10 +255,20 @@ def test_compiled_trajectories_run_unrolled_and_draw_what_single_steps_draw(monk
         calls.append(1)
         return original(self, *args)
 
+    graphs = set()
+    run_compiled = BNNPotential._run_compiled
+
+    def named(self, name, *args):
+        out = run_compiled(self, name, *args)
+        graphs.update(key[0] for key in self._compiled_keys)  # the graphs compiled so far
+        return out
+
     monkeypatch.setattr(BNNPotential, "leapfrog_steps", counted)
+    monkeypatch.setattr(BNNPotential, "_run_compiled", named)
     data = load("cosine", n_train=20, n_test=10)
     unrolled = run(zoo.cosine_mlp(hidden=5), data, **options)
-    assert len(calls) == 2 * 8  # two per transition, 8 transitions
+    assert len(calls) == 3 * 8  # three per transition, 8 transitions
+    assert graphs == {"leapfrog_steps"}
     monkeypatch.setattr(hmc.FixedStepHMC, "_unrolled", lambda self, step_fn, num_steps: False)
     single = run(zoo.cosine_mlp(hidden=5), data, **options)
     for name, draws in single.samples.items():
@@ -265,6 +276,32 @@ def test_compiled_trajectories_run_unrolled_and_draw_what_single_steps_draw(monk
                                    rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(torch.as_tensor(unrolled.sample_stats["max_energy_error"]),
                                torch.as_tensor(single.sample_stats["max_energy_error"]), rtol=1e-4, atol=1e-5)
+
+
+@needs_compiler
+def test_a_compiled_chees_run_compiles_the_four_step_graph_alone(monkeypatch):
+    """The step-size search (one step), the trajectories and the U-turn time at each mass update
+    (four steps at a time) all run on ``leapfrog_steps``."""
+    graphs, uturns = set(), []
+    run_compiled, u_turn_time = BNNPotential._run_compiled, ChEESHMC.u_turn_time
+
+    def named(self, name, *args):
+        out = run_compiled(self, name, *args)
+        graphs.update(key[0] for key in self._compiled_keys)
+        return out
+
+    def counted(self, *args, **kwargs):
+        uturns.append(u_turn_time(self, *args, **kwargs))
+        return uturns[-1]
+
+    monkeypatch.setattr(BNNPotential, "_run_compiled", named)
+    monkeypatch.setattr(ChEESHMC, "u_turn_time", counted)
+    data = load("cosine", n_train=20, n_test=10)
+    r = run(zoo.cosine_mlp(hidden=5), data, engine="chees", num_chains=4, num_samples=5, warmup_steps=40, seed=0,
+            progress=False, compile=True)
+    assert graphs == {"leapfrog_steps"}
+    assert uturns and all(math.isfinite(t) and t > 0 for t in uturns)
+    assert r.sample_stats["lp"].shape == (4, 5)
 
 
 @pytest.mark.parametrize("recorded_speedup, compiles", [(None, True), (1.5, False)])
@@ -333,9 +370,10 @@ def test_auto_compile_decides_after_the_kernels_own_first_mass_window():
     assert _auto_compile(late, small, 200, 100, 1).decide_at == 155 + compilation.PROBE  # (140, 155)
 
 
-def test_eager_runs_owe_their_seconds_until_together_they_would_have_paid_the_compile(clocked):
+def test_eager_runs_owe_their_seconds_until_together_they_would_have_paid_the_compile(clocked, monkeypatch):
     """Rent or buy: runs none of which pays a cold compile alone compile once the eager seconds the
     earlier ones spent, with the rest of this one, would have paid it; the compile clears the debt."""
+    monkeypatch.setattr(compilation, "COLD_SECONDS", 20.0)  # the numbers below
     clock, potential, key = clocked
     owed = []
     for _ in range(3):
@@ -354,7 +392,8 @@ def test_eager_runs_owe_their_seconds_until_together_they_would_have_paid_the_co
     assert CompileRecord().get(key) == 12.0 and CompileRecord().eager_seconds(key) == 0.0
 
 
-def test_eager_seconds_that_pay_alone_compile_at_the_first_iteration(clocked):
+def test_eager_seconds_that_pay_alone_compile_at_the_first_iteration(clocked, monkeypatch):
+    monkeypatch.setattr(compilation, "COLD_SECONDS", 20.0)  # the numbers below
     clock, potential, key = clocked
     CompileRecord().add_eager(key, 30.0)  # saves 22.5 s at the 4x assumed: more than a cold compile
     policy = AutoCompile(potential, total_iterations=100, decide_at=20)

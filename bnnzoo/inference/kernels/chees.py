@@ -18,6 +18,7 @@ import torch
 
 from ..adaptation import ScalarAdam, chees_gradient, halton, late_mass_windows, mass_windows
 from ..integrators import leapfrog, velocity
+from ..potential.analytic import UNROLL
 from .hmc import AdaptiveHMC, WarmupOptions
 from ..options import choice, flag, integer, option, optional, positive
 
@@ -191,7 +192,10 @@ class ChEESHMC(AdaptiveHMC):
         r"""Median over chains of the time at which a trajectory from ``theta`` (fresh
         momentum, the current mass, ``step_size`` or the current one) first turns back,
         :math:`(\theta_t - \theta_0)^\top M^{-1} p_t < 0` (the no-U-turn criterion),
-        capped at ``max_steps`` steps (default ``max_leapfrog_steps``).
+        capped at ``max_steps`` steps (default ``max_leapfrog_steps``). The criterion is
+        checked after every step, or after every :data:`~bnnzoo.inference.potential.analytic.UNROLL`
+        where trajectories run the potential's compiled multi-step graph (a one-step graph
+        compiled for this estimate alone would cost more than it saves).
 
         ChEES starts from it at each mass update when no ``trajectory_length`` was
         given: Adam moves :math:`\log T` by about its learning rate per step, so from
@@ -201,10 +205,17 @@ class ChEESHMC(AdaptiveHMC):
         value, grad = self.current(theta)
         x, p = theta, self.momentum(theta)
         cap = max_steps or self.options.max_leapfrog_steps
+        stride = UNROLL if self._unrolled(self.leapfrog_step_fn(), UNROLL) else 1
         turned = torch.full(theta.shape[:-1], cap, dtype=torch.long, device=theta.device)
-        for step in range(1, cap + 1):
-            x, p, value, grad = leapfrog(x, p, grad, step_size, 1, self.evaluate, self.inv_mass, value,
-                                         step=self.leapfrog_step_fn())
+        step = 0
+        while step < cap:
+            n = min(stride, cap - step)
+            if stride > 1:
+                x, p, value, grad = self._unrolled_leapfrog(x, p, grad, step_size, n, None)
+            else:
+                x, p, value, grad = leapfrog(x, p, grad, step_size, 1, self.evaluate, self.inv_mass, value,
+                                             step=self.leapfrog_step_fn())
+            step += n
             back = ((x - theta) * velocity(p, self.inv_mass)).sum(-1)
             now = ~(back >= 0) & (turned == cap)  # NaN counts as turned: that chain's trajectory is over
             turned = torch.where(now, torch.full_like(turned, step), turned)

@@ -26,7 +26,7 @@ from ..adaptation import (DualAveraging, PooledVariance, acceptance_statistic, f
 from .. import cuda_graphs
 from ..cuda_graphs import GraphedLeapfrog
 from ..integrators import EnergyTracker, kinetic_energy, leapfrog
-from ..potential.analytic import UNROLL
+from ..potential.analytic import UNROLL, unroll_step_sizes
 from ..tuning import resolve_target_accept
 from .base import BaseOptions, FlatKernel, metropolis_accept
 from ..options import flag, fraction, integer, option, optional, positive
@@ -155,25 +155,39 @@ class FixedStepHMC(FlatKernel):
         return self._graph
 
     def _unrolled(self, step_fn, num_steps) -> bool:
-        """True where the compiled multi-step graph applies: the potential's own compiled step, one
-        step count for all chains, at least :data:`~bnnzoo.inference.potential.analytic.UNROLL` steps."""
-        return (isinstance(num_steps, int) and num_steps >= UNROLL and getattr(self.potential, "compile", False)
+        """True where the compiled multi-step graph applies: the potential's own compiled step and
+        one step count for all chains."""
+        return (isinstance(num_steps, int) and num_steps >= 1 and getattr(self.potential, "compile", False)
                 and step_fn == getattr(self.potential, "leapfrog_step", None))
 
-    def _unrolled_leapfrog(self, theta, p, grad, step, num_steps, step_fn, tracker):
-        """``num_steps`` steps as calls of the potential's compiled ``leapfrog_steps`` (UNROLL steps
-        each) and single steps for the rest: the same trajectory as :func:`leapfrog`."""
+    def _unrolled_leapfrog(self, theta, p, grad, step, num_steps, tracker):
+        """``num_steps`` steps as calls of the potential's compiled ``leapfrog_steps``, UNROLL steps
+        each, the last call padded with steps of size 0 (:func:`~bnnzoo.inference.potential.analytic.unroll_step_sizes`):
+        the trajectory of :func:`leapfrog`, on one graph."""
         blocks, rest = divmod(num_steps, UNROLL)
         high, low = tracker.bounds() if tracker is not None else (grad.new_zeros(len(grad)), grad.new_zeros(len(grad)))
-        for _ in range(blocks):
-            theta, p, value, grad, high, low = self.potential.leapfrog_steps(theta, p, grad, step, self.inv_mass,
+        calls = [unroll_step_sizes(step, theta)] * blocks + ([unroll_step_sizes(step, theta, rest)] if rest else [])
+        for sizes in calls:
+            theta, p, value, grad, high, low = self.potential.leapfrog_steps(theta, p, grad, sizes, self.inv_mass,
                                                                              high, low)
         if tracker is not None:
             tracker.set_bounds(high, low)
-        if rest:
-            return leapfrog(theta, p, grad, step, rest, self.evaluate, self.inv_mass, value, step=step_fn,
-                            track_energy=tracker)
         return theta, p, value, grad
+
+    def advance(self, theta: Tensor, p: Tensor, value: Tensor, force: Tensor, step: float | Tensor, num_steps: int,
+                tracker: EnergyTracker | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``num_steps`` leapfrog steps from ``(theta, p)`` (``value``, ``force`` at ``theta``):
+        replayed from a CUDA graph, through the potential's compiled multi-step graph, or step by
+        step; ``(theta', p', U', force')``."""
+        step_fn = self.leapfrog_step_fn()
+        graphed = self._graphed(theta, step_fn, num_steps)
+        end = graphed.leapfrog(theta, p, force, step, num_steps, self.inv_mass, tracker) if graphed else None
+        if end is None and self._unrolled(step_fn, num_steps):
+            end = self._unrolled_leapfrog(theta, p, force, step, num_steps, tracker)
+        if end is None:
+            end = leapfrog(theta, p, force, step, num_steps, self.evaluate, self.inv_mass, value, step=step_fn,
+                           track_energy=tracker)
+        return end
 
     def notes(self) -> dict:
         notes = super().notes()
@@ -203,15 +217,7 @@ class FixedStepHMC(FlatKernel):
         value, force = self.current(theta)
         energy = value + kinetic_energy(p, self.inv_mass)
         tracker = EnergyTracker(energy, self.inv_mass) if track_energy else None
-        step_fn = self.leapfrog_step_fn()
-        graphed = self._graphed(theta, step_fn, num_steps)
-        end = graphed.leapfrog(theta, p, force, step, num_steps, self.inv_mass, tracker) if graphed else None
-        if end is None and self._unrolled(step_fn, num_steps):
-            end = self._unrolled_leapfrog(theta, p, force, step, num_steps, step_fn, tracker)
-        if end is None:
-            end = leapfrog(theta, p, force, step, num_steps, self.evaluate, self.inv_mass, value, step=step_fn,
-                           track_energy=tracker)
-        theta_new, p_new, value_new, force_new = end
+        theta_new, p_new, value_new, force_new = self.advance(theta, p, value, force, step, num_steps, tracker)
         energy_new = value_new + kinetic_energy(p_new, self.inv_mass)
         finite = torch.isfinite(energy_new) & torch.isfinite(theta_new).all(-1) & torch.isfinite(force_new).all(-1)
         inf = torch.full_like(energy, math.inf)

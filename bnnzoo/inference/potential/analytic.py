@@ -301,14 +301,34 @@ def _leapfrog_step_graph(potential: BNNPotential, theta, p, grad, step_size, inv
 UNROLL = 4
 
 
-def _leapfrog_steps_graph(potential: BNNPotential, theta, p, grad, step_size, inv_mass, high, low):
-    """:data:`UNROLL` leapfrog steps and the running highest and lowest energy over them
-    (:class:`~bnnzoo.inference.integrators.EnergyTracker`'s update; NaN propagates)."""
-    for _ in range(UNROLL):
-        theta, p, value, grad = _leapfrog_step_graph(potential, theta, p, grad, step_size, inv_mass)
+def unroll_step_sizes(step_size: float | Tensor, like: Tensor, num_steps: int = UNROLL) -> Tensor:
+    """The step sizes of one call of the compiled ``leapfrog_steps`` graph, ``[UNROLL, *step_size.shape]``:
+    ``step_size`` for the first ``num_steps`` (1 to :data:`UNROLL`) and 0 for the rest. A leapfrog step
+    of size 0 leaves ``theta`` and ``p`` as they are (and recomputes the same ``U`` and gradient), so a
+    trajectory of any length runs on this one graph, its last call padded with such steps: a kernel
+    needs no one-step graph beside it, and a first compile of a network costs a third less."""
+    if not 1 <= num_steps <= UNROLL:
+        raise ValueError(f"num_steps must be in 1..{UNROLL}, got {num_steps!r}")
+    step = torch.as_tensor(step_size, dtype=like.dtype, device=like.device)
+    weights = torch.zeros((UNROLL,) + (1,) * step.dim(), dtype=like.dtype, device=like.device)
+    weights[:num_steps] = 1.0
+    return weights * step
+
+
+def leapfrog_steps(step, theta, p, grad, step_sizes, inv_mass, high, low):
+    """:data:`UNROLL` leapfrog steps ``step(theta, p, grad, step_size, inv_mass)``, step ``k`` of
+    size ``step_sizes[k]`` (:func:`unroll_step_sizes`), and the running highest and lowest energy
+    over them (:class:`~bnnzoo.inference.integrators.EnergyTracker`'s update; NaN propagates)."""
+    for k in range(UNROLL):
+        theta, p, value, grad = step(theta, p, grad, step_sizes[k], inv_mass)
         energy = value + kinetic_energy(p, inv_mass)
         high, low = torch.maximum(high, energy), torch.minimum(low, energy)
     return theta, p, value, grad, high, low
+
+
+def _leapfrog_steps_graph(potential: BNNPotential, theta, p, grad, step_sizes, inv_mass, high, low):
+    step = functools.partial(_leapfrog_step_graph, potential)
+    return leapfrog_steps(step, theta, p, grad, step_sizes, inv_mass, high, low)
 
 
 #: the functions :func:`_compiled` compiles, by name

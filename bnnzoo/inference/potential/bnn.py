@@ -14,7 +14,7 @@ from torch.distributions import biject_to
 from ...models.bnn import BNN
 from ...models.l1 import prior_l1_weight
 from ...models.priors import Gaussian
-from .analytic import ACTIVATION_BACKWARD, AnalyticMixin
+from .analytic import ACTIVATION_BACKWARD, AnalyticMixin, leapfrog_steps
 from .base import FlatPotential, is_identity
 
 Tensor = torch.Tensor
@@ -38,7 +38,7 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         Run the full-data :meth:`value_and_grad` and :meth:`leapfrog_step` as
         ``torch.compile`` graphs (inductor fuses the forward, the backward and the
         leapfrog update into one C++ loop nest). Needs the analytic path and a C++
-        compiler. The first call for each input shape compiles (seconds; about 15-20 s on a
+        compiler. The first call for each input shape compiles (seconds; about 10-13 s on a
         machine with an empty inductor cache; :meth:`value_and_grad`'s first call runs eagerly
         and its second compiles, since a kernel that steps with the leapfrog graph calls it
         once a run), later calls and later potentials
@@ -233,14 +233,16 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         step_size = torch.as_tensor(step_size, dtype=theta.dtype, device=theta.device)
         return self._run_compiled("leapfrog_step", theta, p, grad, step_size, inv_mass)
 
-    def leapfrog_steps(self, theta, p, grad, step_size, inv_mass, high, low):
+    def leapfrog_steps(self, theta, p, grad, step_sizes, inv_mass, high, low):
         """:data:`~bnnzoo.inference.potential.analytic.UNROLL` leapfrog steps as one compiled graph
-        (only with :attr:`compile`), and the running highest and lowest energy ``high``, ``low``
-        ``[C]`` over them: ``(theta', p', U', grad U', high', low')``."""
+        (only with :attr:`compile`), of the sizes ``step_sizes`` ``[UNROLL, ...]``
+        (:func:`~bnnzoo.inference.potential.analytic.unroll_step_sizes`; a size of 0 is a step that
+        changes nothing), and the running highest and lowest energy ``high``, ``low`` ``[C]`` over
+        them: ``(theta', p', U', grad U', high', low')``. Without :attr:`compile` (e.g. after a
+        compile failed) the same steps run eagerly."""
         if not self.compile:
-            raise RuntimeError("leapfrog_steps runs the compiled graph: build the potential with compile=True")
-        step_size = torch.as_tensor(step_size, dtype=theta.dtype, device=theta.device)
-        return self._run_compiled("leapfrog_steps", theta, p, grad, step_size, inv_mass, high, low)
+            return leapfrog_steps(super().leapfrog_step, theta, p, grad, step_sizes, inv_mass, high, low)
+        return self._run_compiled("leapfrog_steps", theta, p, grad, step_sizes, inv_mass, high, low)
 
     def minibatch_value_and_grad(self, theta: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Unbiased minibatch estimate of ``U`` and its gradient (likelihood scaled by N/B)."""

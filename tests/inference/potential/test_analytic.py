@@ -11,7 +11,7 @@ import torch
 
 from bnnzoo.inference.integrators import EnergyTracker, kinetic_energy, leapfrog
 from bnnzoo.inference.potential import BNNPotential, PyroPotential, make_potential
-from bnnzoo.inference.potential.analytic import UNROLL
+from bnnzoo.inference.potential.analytic import UNROLL, unroll_step_sizes
 from bnnzoo.models import BNN, BNNSpec, Dense
 from tests.inference.potential.problems import cnn_problem, make_data, mlp_problem, random_points
 from tests.support.cases import LIKELIHOODS, PRIORS, needs_compiler
@@ -133,18 +133,27 @@ def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_na
     spent = compiled.compile_seconds
     compiled.leapfrog_step(theta, p, grad, 0.02, inv_mass)
     assert compiled.compile_seconds == spent  # same shapes: no compiling call
-    # UNROLL steps as one graph, with the running energy bounds of EnergyTracker
+    # UNROLL steps as one graph, with the running energy bounds of EnergyTracker; fewer steps as the
+    # same graph with steps of size 0 after them (they change nothing); a step size per chain
     energy = eager.value_and_grad(theta)[0] + kinetic_energy(p, inv_mass)
-    tracker = EnergyTracker(energy, inv_mass)
-    slow = leapfrog(theta, p, grad, 0.01, UNROLL, eager.value_and_grad, inv_mass, step=eager.leapfrog_step,
-                    track_energy=tracker)
-    *fast, high, low = compiled.leapfrog_steps(theta, p, grad, 0.01, inv_mass, *EnergyTracker(energy, inv_mass).bounds())
-    for a, b in zip(fast, slow):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
-    for a, b in zip((high, low), tracker.bounds()):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
-    with pytest.raises(RuntimeError, match="leapfrog_steps runs the compiled graph"):
-        eager.leapfrog_steps(theta, p, grad, 0.01, inv_mass, high, low)
+    per_chain = torch.linspace(0.005, 0.01, len(theta), dtype=theta.dtype).unsqueeze(-1)
+    for step_size, num_steps in ((0.01, UNROLL), (0.01, 1), (0.01, UNROLL - 1), (per_chain, UNROLL - 2)):
+        tracker = EnergyTracker(energy, inv_mass)
+        slow = leapfrog(theta, p, grad, step_size, num_steps, eager.value_and_grad, inv_mass,
+                        step=eager.leapfrog_step, track_energy=tracker)
+        sizes = unroll_step_sizes(step_size, theta, num_steps)
+        *fast, high, low = compiled.leapfrog_steps(theta, p, grad, sizes, inv_mass,
+                                                   *EnergyTracker(energy, inv_mass).bounds())
+        for a, b in zip(fast, slow):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
+        for a, b in zip((high, low), tracker.bounds()):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
+        # eagerly (a compile that failed goes on so): the same steps
+        for a, b in zip(eager.leapfrog_steps(theta, p, grad, sizes, inv_mass, *EnergyTracker(energy, inv_mass).bounds()),
+                        (*slow, *tracker.bounds())):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
+    with pytest.raises(ValueError, match="num_steps must be in 1..4, got 0"):
+        unroll_step_sizes(0.01, theta, 0)
     # another data set of the same shapes reuses the graph: the data are inputs, not constants
     shifted = (x + 1.0, y.flip(0))
     other = BNNPotential(model, *shifted, compile=True)
