@@ -165,6 +165,24 @@ def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_na
 
 
 @needs_compiler
+def test_a_compiled_potential_with_a_prior_per_site_equals_eager(float64):
+    """Several prior segments (a prior per site): the graph updates the gradient of each."""
+    likelihood, out = LIKELIHOODS["gaussian"]
+    spec = BNNSpec(layers=[Dense(5, "tanh"), Dense(out)], input_dim=3, prior=PRIORS["gaussian"],
+                   priors={"layers.0.bias": PRIORS["laplace"], "layers.1.weight": PRIORS["spike_and_slab"]},
+                   likelihood=likelihood)
+    x, y = make_data(likelihood, 10, 3)
+    eager, compiled = BNNPotential(BNN(spec), x, y), BNNPotential(BNN(spec), x, y, compile=True)
+    assert len(eager._prior_terms) == 4
+    theta = random_points(eager, 3, seed=2)
+    for _ in range(2):  # the first call runs eagerly, the second compiles
+        (v1, g1), (v2, g2) = compiled.value_and_grad(theta), eager.value_and_grad(theta)
+        torch.testing.assert_close(v1, v2, rtol=1e-10, atol=0)
+        torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-10 * float(g2.abs().max()))
+    assert any(key[0] == "value_and_grad" for key in compiled._compiled_keys)
+
+
+@needs_compiler
 def test_many_networks_in_one_process_all_run_compiled():
     # dynamo keeps 8 variants of a function by default and then runs it eagerly, silently;
     # the graphs are shared by every potential, so the ninth network (or a new thread count)
