@@ -166,8 +166,9 @@ class FixedStepHMC(FlatKernel):
         the trajectory of :func:`leapfrog`, on one graph."""
         blocks, rest = divmod(num_steps, UNROLL)
         high, low = tracker.bounds() if tracker is not None else (grad.new_zeros(len(grad)), grad.new_zeros(len(grad)))
-        calls = [unroll_step_sizes(step, theta)] * blocks + ([unroll_step_sizes(step, theta, rest)] if rest else [])
-        for sizes in calls:
+        full = [unroll_step_sizes(step, theta)] * blocks if blocks else []
+        last = [unroll_step_sizes(step, theta, rest)] if rest else []
+        for sizes in full + last:
             theta, p, value, grad, high, low = self.potential.leapfrog_steps(theta, p, grad, sizes, self.inv_mass,
                                                                              high, low)
         if tracker is not None:

@@ -234,12 +234,11 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         return self._run_compiled("leapfrog_step", theta, p, grad, step_size, inv_mass)
 
     def leapfrog_steps(self, theta, p, grad, step_sizes, inv_mass, high, low):
-        """:data:`~bnnzoo.inference.potential.analytic.UNROLL` leapfrog steps as one compiled graph
-        (only with :attr:`compile`), of the sizes ``step_sizes`` ``[UNROLL, ...]``
-        (:func:`~bnnzoo.inference.potential.analytic.unroll_step_sizes`; a size of 0 is a step that
-        changes nothing), and the running highest and lowest energy ``high``, ``low`` ``[C]`` over
-        them: ``(theta', p', U', grad U', high', low')``. Without :attr:`compile` (e.g. after a
-        compile failed) the same steps run eagerly."""
+        """:data:`~bnnzoo.inference.potential.analytic.UNROLL` leapfrog steps of the sizes ``step_sizes``
+        ``[UNROLL, ...]`` (:func:`~bnnzoo.inference.potential.analytic.unroll_step_sizes`; a size of 0
+        is a step that changes nothing), and the running highest and lowest energy ``high``, ``low``
+        ``[C]`` over them: ``(theta', p', U', grad U', high', low')``. One compiled graph with
+        :attr:`compile`; without it (e.g. after a compile failed) the same steps run eagerly."""
         if not self.compile:
             return leapfrog_steps(super().leapfrog_step, theta, p, grad, step_sizes, inv_mass, high, low)
         return self._run_compiled("leapfrog_steps", theta, p, grad, step_sizes, inv_mass, high, low)
