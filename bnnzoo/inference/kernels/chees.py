@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..adaptation import ScalarAdam, chees_gradient, halton, late_mass_windows, mass_windows
-from ..integrators import leapfrog, velocity
+from ..integrators import velocity
 from ..potential.analytic import UNROLL
 from .hmc import AdaptiveHMC, WarmupOptions
 from ..options import choice, flag, integer, option, optional, positive
@@ -210,11 +210,7 @@ class ChEESHMC(AdaptiveHMC):
         step = 0
         while step < cap:
             n = min(stride, cap - step)
-            if stride > 1:
-                x, p, value, grad = self._unrolled_leapfrog(x, p, grad, step_size, n, None)
-            else:
-                x, p, value, grad = leapfrog(x, p, grad, step_size, 1, self.evaluate, self.inv_mass, value,
-                                             step=self.leapfrog_step_fn())
+            x, p, value, grad = self.advance(x, p, value, grad, step_size, n)
             step += n
             back = ((x - theta) * velocity(p, self.inv_mass)).sum(-1)
             now = ~(back >= 0) & (turned == cap)  # NaN counts as turned: that chain's trajectory is over
