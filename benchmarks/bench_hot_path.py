@@ -13,10 +13,15 @@ one intra-op thread:
 * ``chees run``: ``run(engine="chees")`` with 8 chains, 100 + 100 iterations,
   wall time per leapfrog step (the kernel's overhead included).
 
+``--compiled`` times the compiled path instead: one call of the ``torch.compile`` graph of one
+leapfrog step (``BNNPotential(compile=True).leapfrog_step``, which every version since the compile
+commit has), with 8, 16 and 32 chains, on one and on two intra-op threads, after the graph's compile
+(not timed).
+
 Reports the median over rounds of each tree and their ratio. ``--device cuda``: the data, and so
 every tree's computation, on the GPU. Usage:
-``python benchmarks/bench_hot_path.py [--against REV] [--rounds 5] [--device cpu]``; writes
-``benchmarks/results/hot_path.{json,md}``.
+``python benchmarks/bench_hot_path.py [--against REV] [--rounds 5] [--device cpu] [--compiled]``;
+writes ``benchmarks/results/hot_path.{json,md}`` (``--compiled``: ``hot_path_compiled.{json,md}``).
 """
 
 from __future__ import annotations
@@ -91,10 +96,52 @@ print(json.dumps(out))
 
 METRICS = ("value_and_grad", "leapfrog_step", "fixed_hmc transition", "chees run")
 
+# The compiled step: each tree's own inductor cache (a graph of the other tree's code is not reused).
+PROBE_COMPILED = r"""
+import json, sys, time
+import numpy as np, pyro, torch
+from bnnzoo.data import load
+from bnnzoo.inference.potential import BNNPotential, initial_theta
+from bnnzoo.models import BNN, zoo
 
-def probe(tree: Path, device: torch.device) -> dict:
-    done = subprocess.run([sys.executable, "-c", PROBE, str(device)], cwd=tree, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+DEVICE = torch.device(sys.argv[1])
+data = load("cosine", seed=0)
+potential = BNNPotential(BNN(zoo.cosine_mlp()), data.x_train.to(DEVICE), data.y_train.to(DEVICE), compile=True)
+out = {}
+for threads in (1, 2):
+    torch.set_num_threads(threads)
+    for chains in (8, 16, 32):
+        pyro.set_rng_seed(0)
+        theta = initial_theta(potential, chains)
+        value, grad = potential._analytic_value_and_grad(theta, potential._x, potential._target, 1.0)
+        p, inv_mass = torch.randn_like(theta), torch.ones(theta.shape[-1], device=theta.device)
+        step = lambda: potential.leapfrog_step(theta, p, grad, 1e-3, inv_mass)
+        step()  # compiles
+        best = []
+        for _ in range(5):
+            if DEVICE.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(200):
+                step()
+            if DEVICE.type == "cuda":
+                torch.cuda.synchronize()
+            best.append((time.perf_counter() - start) / 200)
+        out[f"compiled step, {chains} chains, {threads} thread{'s' if threads > 1 else ''}"] = float(np.median(best))
+print(json.dumps(out))
+"""
+
+COMPILED_METRICS = tuple(f"compiled step, {c} chains, {t} thread{'s' if t > 1 else ''}"
+                         for t in (1, 2) for c in (8, 16, 32))
+
+
+def probe(tree: Path, device: torch.device, compiled: bool = False) -> dict:
+    env = {"PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    if compiled:
+        cache = Path(tempfile.gettempdir()) / f"bnnzoo-hot-path-{tree.name}"
+        env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), BNNZOO_CACHE=str(cache))
+    done = subprocess.run([sys.executable, "-c", PROBE_COMPILED if compiled else PROBE, str(device)], cwd=tree,
+                          capture_output=True, text=True, env=env)
     if done.returncode:
         raise RuntimeError(f"probe failed in {tree}:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -104,6 +151,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", default="HEAD~1", help="the commit to compare with (default HEAD~1)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating measurements of each tree")
+    parser.add_argument("--compiled", action="store_true",
+                        help="time the compiled leapfrog step (8/16/32 chains, 1 and 2 threads) instead")
     add_device_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # what the probes use; machine() reports it
@@ -117,12 +166,12 @@ def main(argv=None):
             for i in range(args.rounds):
                 order = ("old", "new") if i % 2 == 0 else ("new", "old")
                 for name in order:
-                    runs[name].append(probe(old if name == "old" else ROOT, args.device))
+                    runs[name].append(probe(old if name == "old" else ROOT, args.device, args.compiled))
                     print(f"round {i + 1}/{args.rounds} {name}: {runs[name][-1]}", flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
     rows = []
-    for metric in METRICS:
+    for metric in COMPILED_METRICS if args.compiled else METRICS:
         old_us = statistics.median(r[metric] for r in runs["old"]) * 1e6
         new_us = statistics.median(r[metric] for r in runs["new"]) * 1e6
         ratios = [n[metric] / o[metric] for o, n in zip(runs["old"], runs["new"])]
@@ -130,8 +179,9 @@ def main(argv=None):
                      "median new/old": statistics.median(ratios)})
     table = markdown_table(rows, ["metric", f"old {rev}", "new", "median new/old"])
     payload = {"machine": machine(args.device), "against": rev, "rounds": args.rounds, "runs": runs, "rows": rows,
-               "settings": {"threads": 1, "chains": 8, "model": "cosine_mlp"}}
-    write_results("hot_path", payload, table)
+               "settings": {"threads": "1 and 2" if args.compiled else 1,
+                            "chains": [8, 16, 32] if args.compiled else 8, "model": "cosine_mlp"}}
+    write_results("hot_path_compiled" if args.compiled else "hot_path", payload, table)
     print(table)
 
 

@@ -274,8 +274,12 @@ def test_compiled_trajectories_run_unrolled_and_draw_what_single_steps_draw(monk
     for name, draws in single.samples.items():
         torch.testing.assert_close(torch.as_tensor(unrolled.samples[name]), torch.as_tensor(draws),
                                    rtol=1e-5, atol=1e-6)
+    # an energy error is a difference of energies: the two graphs sum in different orders, so it
+    # may differ by the float32 rounding of the energy itself (a few units in its last place)
+    energy_ulp = torch.finfo(torch.float32).eps * torch.as_tensor(single.sample_stats["energy"]).abs().max()
     torch.testing.assert_close(torch.as_tensor(unrolled.sample_stats["max_energy_error"]),
-                               torch.as_tensor(single.sample_stats["max_energy_error"]), rtol=1e-4, atol=1e-5)
+                               torch.as_tensor(single.sample_stats["max_energy_error"]), rtol=1e-4,
+                               atol=float(4 * energy_ulp))
 
 
 @needs_compiler

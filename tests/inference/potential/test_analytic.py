@@ -78,6 +78,27 @@ def test_analytic_gradient_float32():
     torch.testing.assert_close(g1, g2, rtol=1e-4, atol=1e-4 * float(g2.abs().max()))
 
 
+@pytest.mark.parametrize("lik_name", ANALYTIC_LIKELIHOODS)
+@pytest.mark.parametrize("input_dim, first_bias", [(1, True), (1, False), (3, True), (3, False)])
+def test_the_graph_formulation_equals_the_eager_one(float64, input_dim, first_bias, lik_name):
+    """What a compiled graph traces (feature-major activations, the one-input weight gradient as a
+    sum), run eagerly here: the numbers of the eager formulation, for shared and per-chain data."""
+    likelihood, out = LIKELIHOODS[lik_name]
+    spec = BNNSpec(layers=[Dense(5, "tanh", bias=first_bias), Dense(4, "relu"), Dense(out)],
+                   input_dim=input_dim, prior=PRIORS["laplace"], likelihood=likelihood)
+    x, y = make_data(likelihood, 10, input_dim)
+    potential = BNNPotential(BNN(spec), x, y)
+    theta = random_points(potential, 3, seed=7)
+    rows = torch.tensor([[3, 0, 7, 7], [1, 2, 9, 4], [5, 5, 6, 8]])  # per-chain x [C, B, in]
+    cases = [(potential._x, potential._target, 1.0),
+             (potential._x[rows], potential._target[rows], 2.5)]
+    for data_x, target, scale in cases:
+        eager = potential._analytic_value_and_grad(theta, data_x, target, scale)
+        graph = potential._analytic_value_and_grad(theta, data_x, target, scale, graph=True)
+        for a, b in zip(graph, eager):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
+
+
 def _non_analytic_problems():
     yield "gelu", analytic_problem("gelu", "gaussian", "gaussian")
     yield "horseshoe", mlp_problem("horseshoe", "gaussian")
