@@ -4,9 +4,9 @@ torch's default (one thread per core) is right on an idle machine and badly wron
 on a busy one: a batched gradient of a small network is dispatch-bound, and threads
 that must wait for a core held by another process only wait on each other (on a
 2-core machine with other work running, one such gradient took 10x longer with 2
-threads than with 1). On an idle machine a second thread pays from about
-:data:`SMALL_WORK` multiply-adds per gradient (10-70% on the cosine MLP with 8-32
-chains, eager and compiled; ``benchmarks/bench_threads.py``). :func:`choose_threads` picks a
+threads than with 1). On an idle machine a second thread starts to pay from about
+:data:`SMALL_WORK` multiply-adds per gradient (on the cosine MLP about even with 8 chains,
+31-37% with 32, eager and compiled; ``benchmarks/bench_threads.py``). :func:`choose_threads` picks a
 count from the work per gradient and the cores that are free now;
 :func:`using_threads` applies a count for the duration of a run and restores the
 caller's setting afterwards.
@@ -41,7 +41,9 @@ __all__ = ["LOAD_TTL", "LOAD_WINDOW", "SMALL_WORK", "busy_cores", "check_threads
 #: machine a second thread neither paid nor cost for the gradient alone at 3-50 thousand, and
 #: a whole eager batched-NUTS run of the demo (16 chains of a 1-10-1 MLP, 50 thousand) took
 #: 100 s on two threads against 78 s on one; it paid 10-70% from 120 thousand (the cosine MLP
-#: with 8 and 32 chains, eager and compiled; ``benchmarks/bench_threads.py``)
+#: with 8 and 32 chains, eager and compiled; ``benchmarks/bench_threads.py``, 2026-11-24). Since
+#: the compiled graphs are feature-major (2026-11-26) the cosine MLP's 8 chains run about even
+#: on one and two threads, and 32 chains still pay 31-37%
 SMALL_WORK = 100_000
 #: seconds over which :func:`busy_cores` measures the other processes' CPU use
 LOAD_WINDOW = 0.1
