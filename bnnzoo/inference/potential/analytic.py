@@ -108,19 +108,26 @@ def _dense_batched(x: Tensor, layers, loss, graph: bool = False) -> tuple[Tensor
         hs.append(act(torch.bmm(hs[-1], wt) if b is None else torch.baddbmm(b, hs[-1], wt)))
     f = hs[-1]
     value, delta = loss(f)
-    delta = delta.reshape(f.shape)
+    return value, _backward(hs, layers, delta.reshape(f.shape), 1,
+                            lambda d, h: torch.bmm(d.transpose(1, 2), h), torch.bmm)
+
+
+def _backward(hs, layers, delta, points_dim, weight_grad, propagate) -> list[Tensor]:
+    """The backward pass of :func:`dense_value_and_grads` in either layout: ``hs`` the layers' inputs
+    and outputs, ``delta`` ``dU/df``, ``points_dim`` the dimension of the data points (a bias
+    gradient sums over it), ``weight_grad(delta, h)`` and ``propagate(delta, W)`` the layout's products."""
     grads = []
     for i in range(len(layers) - 1, -1, -1):
         w, b, _, back = layers[i]
         if back is not None:
             delta = back(delta, hs[i + 1])
         if b is not None:
-            grads.append(delta.sum(1))
-        grads.append(torch.bmm(delta.transpose(1, 2), hs[i]))
+            grads.append(delta.sum(points_dim))
+        grads.append(weight_grad(delta, hs[i]))
         if i:
-            delta = torch.bmm(delta, w)
+            delta = propagate(delta, w)
     grads.reverse()
-    return value, grads
+    return grads
 
 
 def _dense_feature_major(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]]:
@@ -147,22 +154,17 @@ def _dense_feature_major(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]]
         hs.append(act(z if b is None else z + b.transpose(1, 2)))
     f = hs[-1].transpose(1, 2)
     value, delta = loss(f)
-    delta = delta.reshape(f.shape).transpose(1, 2)
-    grads = []
-    for i in range(len(layers) - 1, -1, -1):
-        w, b, _, back = layers[i]
-        if back is not None:
-            delta = back(delta, hs[i + 1])
-        if b is not None:
-            grads.append(delta.sum(2))
-        if hs[i].shape[-2] == 1:  # one input: a matrix-vector product, which inductor would leave to
-            grads.append((delta * hs[i]).sum(-1, keepdim=True))  # the library, splitting its loops
-        else:
-            grads.append(torch.matmul(delta, hs[i].transpose(-1, -2)))
-        if i:
-            delta = torch.matmul(w.transpose(1, 2), delta)
-    grads.reverse()
-    return value, grads
+    return value, _backward(hs, layers, delta.reshape(f.shape).transpose(1, 2), 2, _feature_major_weight_grad,
+                            lambda d, w: torch.matmul(w.transpose(1, 2), d))
+
+
+def _feature_major_weight_grad(delta: Tensor, h: Tensor) -> Tensor:
+    """``delta [C, out, N]`` times ``h [in, N]`` (or ``[C, in, N]``) transposed: ``[C, out, in]``. With one
+    input a sum over the points: as a product it is a matrix-vector product, which inductor would
+    leave to the library, splitting its loops."""
+    if h.shape[-2] == 1:
+        return (delta * h).sum(-1, keepdim=True)
+    return torch.matmul(delta, h.transpose(-1, -2))
 
 
 def _bernoulli_loss(f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
