@@ -159,9 +159,8 @@ def _dense_feature_major(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]]
 
 
 def _feature_major_weight_grad(delta: Tensor, h: Tensor) -> Tensor:
-    """``delta [C, out, N]`` times ``h [in, N]`` (or ``[C, in, N]``) transposed: ``[C, out, in]``. With one
-    input a sum over the points: as a product it is a matrix-vector product, which inductor would
-    leave to the library, splitting its loops."""
+    """``delta [C, out, N]`` times ``h [in, N]`` (or ``[C, in, N]``) transposed: ``[C, out, in]``; with one
+    input, a sum over the points (why: :func:`_dense_feature_major`)."""
     if h.shape[-2] == 1:
         return (delta * h).sum(-1, keepdim=True)
     return torch.matmul(delta, h.transpose(-1, -2))
