@@ -113,7 +113,7 @@ for threads in (1, 2):
     for chains in (8, 16, 32):
         pyro.set_rng_seed(0)
         theta = initial_theta(potential, chains)
-        value, grad = potential._analytic_value_and_grad(theta, potential._x, potential._target, 1.0)
+        _, grad = potential._analytic_value_and_grad(theta, potential._x, potential._target, 1.0)
         p, inv_mass = torch.randn_like(theta), torch.ones(theta.shape[-1], device=theta.device)
         step = lambda: potential.leapfrog_step(theta, p, grad, 1e-3, inv_mass)
         step()  # compiles

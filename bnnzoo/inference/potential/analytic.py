@@ -92,24 +92,26 @@ def dense_value_and_grads(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]
     return value, [g.reshape(batch + g.shape[1:]) for g in grads]
 
 
-def _dense_batched(x: Tensor, layers, loss, graph: bool = False) -> tuple[Tensor, list[Tensor]]:
+def _dense_batched(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]]:
     """:func:`dense_value_and_grads` on one batch dimension ``C``: ``W [C, out, in]``, ``b [C, 1, out]``
     or None, ``x [N, in]`` or ``[C, N, in]``; ``loss(f [C, N, out])`` may return ``dU/df`` of any
     shape with ``f``'s elements. The bias gradients are ``[C, out]``.
 
     Eagerly each product is one ``bmm`` (with the bias, one ``baddbmm``): a small network's step
     is bound by the ops it dispatches, and this path runs few. A ``torch.compile`` graph
-    (``graph``) is written feature-major instead (:func:`_dense_feature_major`)."""
-    if graph:
-        return _dense_feature_major(x, layers, loss)
+    is written feature-major instead (:func:`_dense_feature_major`)."""
     hs = [x.expand((layers[0][0].shape[0],) + x.shape) if x.dim() == 2 else x]
     for w, b, act, _ in layers:
         wt = w.transpose(-1, -2)
         hs.append(act(torch.bmm(hs[-1], wt) if b is None else torch.baddbmm(b, hs[-1], wt)))
     f = hs[-1]
     value, delta = loss(f)
-    return value, _backward(hs, layers, delta.reshape(f.shape), 1,
-                            lambda d, h: torch.bmm(d.transpose(1, 2), h), torch.bmm)
+    return value, _backward(hs, layers, delta.reshape(f.shape), 1, _weight_grad, torch.bmm)
+
+
+def _weight_grad(delta: Tensor, h: Tensor) -> Tensor:
+    """``delta [C, N, out]`` transposed times ``h [C, N, in]``: ``[C, out, in]``."""
+    return torch.bmm(delta.transpose(1, 2), h)
 
 
 def _backward(hs, layers, delta, points_dim, weight_grad, propagate) -> list[Tensor]:
@@ -155,7 +157,7 @@ def _dense_feature_major(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]]
     f = hs[-1].transpose(1, 2)
     value, delta = loss(f)
     return value, _backward(hs, layers, delta.reshape(f.shape).transpose(1, 2), 2, _feature_major_weight_grad,
-                            lambda d, w: torch.matmul(w.transpose(1, 2), d))
+                            _feature_major_propagate)
 
 
 def _feature_major_weight_grad(delta: Tensor, h: Tensor) -> Tensor:
@@ -164,6 +166,11 @@ def _feature_major_weight_grad(delta: Tensor, h: Tensor) -> Tensor:
     if h.shape[-2] == 1:
         return (delta * h).sum(-1, keepdim=True)
     return torch.matmul(delta, h.transpose(-1, -2))
+
+
+def _feature_major_propagate(delta: Tensor, w: Tensor) -> Tensor:
+    """``W [C, out, in]`` transposed times ``delta [C, out, N]``: the layer input's ``delta [C, in, N]``."""
+    return torch.matmul(w.transpose(1, 2), delta)
 
 
 def _bernoulli_loss(f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
@@ -257,7 +264,7 @@ class AnalyticMixin:
                                  graph: bool = False):
         """``U`` and ``dU/dtheta`` with the likelihood of ``(x, target)`` scaled by ``scale``
         (``x [N, in]``, or ``[*batch, N, in]`` with ``theta [*batch, D]``); ``graph``: the
-        formulation for a ``torch.compile`` graph (:func:`_dense_batched`)."""
+        formulation for a ``torch.compile`` graph (:func:`_dense_feature_major`)."""
         batch = theta.shape[:-1]
         flat = theta if theta.dim() == 2 else theta.reshape(-1, theta.shape[-1])
         chains = flat.shape[0]
@@ -268,7 +275,8 @@ class AnalyticMixin:
         layers = [(next(parts), next(parts) if bias else None, act, back)
                   for act, back, bias in (self._graph_layers if graph else self._layers)]
         loss = self._graph_loss if graph else self._loss
-        value, grads = _dense_batched(x, layers, lambda f: loss(f, target, scale), graph)
+        dense = _dense_feature_major if graph else _dense_batched
+        value, grads = dense(x, layers, lambda f: loss(f, target, scale))
         grad = torch.cat([g.view(chains, -1) for g in grads], dim=-1)
         for start, end, prior, precision in self._prior_terms:
             if precision is None or graph:  # through the prior's density (in a graph: as inductor fuses best)
