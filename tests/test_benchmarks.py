@@ -20,3 +20,24 @@ def test_bench_activation_steps_with_the_four_step_graphs_arguments(monkeypatch)
     assert value.shape == high.shape == low.shape == (chains,)
     assert all(torch.isfinite(t).all() for t in (theta, p, value, grad, high, low))
     assert (high >= low).all()
+
+
+def test_bench_cuda_graphs_compares_two_checkouts_in_alternating_processes(monkeypatch):
+    """``bench_cuda_graphs --against DIR`` (here on a CPU, which times the plain steps only, and this
+    checkout against itself): one probe process per tree, a row per network and chain count with
+    each tree's time and the ratio, all positive and finite."""
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))
+    bench = importlib.import_module("bench_cuda_graphs")
+    written = {}
+    monkeypatch.setattr(bench, "write_results", lambda name, payload, table: written.update(
+        name=name, payload=payload, table=table) or (Path("x.json"), Path("x.md")))
+    bench.main(["--device", "cpu", "--chains", "2", "--modes", "eager", "--rounds", "1", "--steps", "2",
+                "--against", str(root), "--against-name", "itself", "--processes", "1"])
+    rows = written["payload"]["rows"]
+    assert written["name"] == "cuda_graphs_against" and "old: itself" in written["table"]
+    assert [(r["model"], r["chains"]) for r in rows] == [(m, 2) for m in bench.networks()]
+    for r in rows:
+        assert set(r) == {"model", "chains", "old eager_us", "new eager_us", "eager new/old"}
+        assert all(0 < r[k] < float("inf") for k in ("old eager_us", "new eager_us", "eager new/old"))
+    assert [len(v) for v in written["payload"]["runs"].values()] == [1, 1]
