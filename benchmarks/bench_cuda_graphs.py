@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_device_argument, machine, markdown_table, synchronize, write_results  # noqa: E402
+from common import (add_device_argument, alternate, machine, markdown_table, paired_medians,  # noqa: E402
+                    probe_json, synchronize, write_results)
 
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.inference.cuda_graphs import GraphedLeapfrog  # noqa: E402
@@ -112,31 +112,24 @@ def against(args, other: Path) -> tuple[list[dict], dict]:
     """This tree against ``other`` (a checkout of another commit): ``args.processes`` processes
     each, alternating (other, this, this, other, ...), each inductor cache its tree's own; per
     row and timing, the median over processes of each tree and the median ratio this/other."""
-    runs = {"old": [], "new": []}
     flags = ["--probe", "--steps", str(args.steps), "--rounds", str(args.rounds), "--device", str(args.device),
              "--chains", *map(str, args.chains), "--modes", *args.modes]
-    for i in range(args.processes):
-        for which in ("old", "new") if i % 2 == 0 else ("new", "old"):
-            tree = other if which == "old" else ROOT
-            cache = Path(tempfile.gettempdir()) / f"bnnzoo-cuda-graphs-{which}"
-            path = os.pathsep.join(filter(None, (str(tree), os.environ.get("PYTHONPATH"))))  # the tree's bnnzoo first
-            env = {**os.environ, "PYTHONPATH": path, "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-                   "BNNZOO_CACHE": str(cache)}
-            done = subprocess.run([sys.executable, __file__, *flags], cwd=tree, env=env, capture_output=True,
-                                  text=True)
-            if done.returncode:
-                raise RuntimeError(f"probe failed in {tree}:\n{done.stderr[-3000:]}")
-            runs[which].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(f"process {i + 1}/{args.processes} {which}: done", flush=True)
+
+    def process(which: str) -> list[dict]:
+        tree = other if which == "old" else ROOT
+        cache = Path(tempfile.gettempdir()) / f"bnnzoo-cuda-graphs-{which}"
+        path = os.pathsep.join(filter(None, (str(tree), os.environ.get("PYTHONPATH"))))  # the tree's bnnzoo first
+        env = {**os.environ, "PYTHONPATH": path, "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+               "BNNZOO_CACHE": str(cache)}
+        return probe_json([sys.executable, __file__, *flags], tree, env)
+
+    runs = alternate(args.processes, process)
     rows = []
     for j, row in enumerate(runs["new"][0]):
         out = {"model": row["model"], "chains": row["chains"]}
         for key in (k for k in row if k.endswith("_us")):
-            old = [r[j][key] for r in runs["old"]]
-            new = [r[j][key] for r in runs["new"]]
-            out[f"old {key}"] = statistics.median(old)
-            out[f"new {key}"] = statistics.median(new)
-            out[f"{key[:-3]} new/old"] = statistics.median(n / o for n, o in zip(new, old))
+            out[f"old {key}"], out[f"new {key}"], out[f"{key[:-3]} new/old"] = paired_medians(
+                [r[j][key] for r in runs["old"]], [r[j][key] for r in runs["new"]])
         rows.append(out)
     return rows, runs
 
@@ -176,8 +169,9 @@ def main(argv=None) -> None:
         rows, payload["runs"] = against(args, args.against.resolve())
         columns = ["model", "chains", *(c for t in timings for c in (f"old {t}", f"new {t}", f"{t[:-3]} new/old"))]
         name = "cuda_graphs_against"
-        note = (f"old: {args.against_name or args.against.name}, new: this checkout; medians over {args.processes} alternating processes "
-                f"per tree of each process's median of {args.rounds} interleaved rounds, and the median ratio")
+        note = (f"old: {args.against_name or args.against.name}, new: this checkout; medians over "
+                f"{args.processes} alternating processes per tree of each process's median of {args.rounds} "
+                f"interleaved rounds, and the median ratio")
     payload["rows"] = rows
     table = markdown_table(rows, columns)
     table += (f"\n\nMicroseconds per leapfrog step (energy tracked), all chains together, in trajectories of "

@@ -27,8 +27,6 @@ writes ``benchmarks/results/hot_path.{json,md}`` (``--compiled``: ``hot_path_com
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +35,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import add_device_argument, machine, markdown_table, write_results  # noqa: E402
+from common import (add_device_argument, alternate, machine, markdown_table, paired_medians,  # noqa: E402
+                    probe_json, write_results)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,11 +139,7 @@ def probe(tree: Path, device: torch.device, compiled: bool = False) -> dict:
     if compiled:
         cache = Path(tempfile.gettempdir()) / f"bnnzoo-hot-path-{tree.name}"
         env.update(TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"), BNNZOO_CACHE=str(cache))
-    done = subprocess.run([sys.executable, "-c", PROBE_COMPILED if compiled else PROBE, str(device)], cwd=tree,
-                          capture_output=True, text=True, env=env)
-    if done.returncode:
-        raise RuntimeError(f"probe failed in {tree}:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return probe_json([sys.executable, "-c", PROBE_COMPILED if compiled else PROBE, str(device)], tree, env)
 
 
 def main(argv=None):
@@ -162,21 +157,15 @@ def main(argv=None):
         old = Path(tmp) / "old"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), rev], cwd=ROOT, check=True)
         try:
-            runs = {"old": [], "new": []}
-            for i in range(args.rounds):
-                order = ("old", "new") if i % 2 == 0 else ("new", "old")
-                for name in order:
-                    runs[name].append(probe(old if name == "old" else ROOT, args.device, args.compiled))
-                    print(f"round {i + 1}/{args.rounds} {name}: {runs[name][-1]}", flush=True)
+            runs = alternate(args.rounds, lambda which: probe(old if which == "old" else ROOT, args.device,
+                                                              args.compiled))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
     rows = []
     for metric in COMPILED_METRICS if args.compiled else METRICS:
-        old_us = statistics.median(r[metric] for r in runs["old"]) * 1e6
-        new_us = statistics.median(r[metric] for r in runs["new"]) * 1e6
-        ratios = [n[metric] / o[metric] for o, n in zip(runs["old"], runs["new"])]
-        rows.append({"metric": metric + " (us)", f"old {rev}": old_us, "new": new_us,
-                     "median new/old": statistics.median(ratios)})
+        old_s, new_s, ratio = paired_medians([r[metric] for r in runs["old"]], [r[metric] for r in runs["new"]])
+        rows.append({"metric": metric + " (us)", f"old {rev}": old_s * 1e6, "new": new_s * 1e6,
+                     "median new/old": ratio})
     table = markdown_table(rows, ["metric", f"old {rev}", "new", "median new/old"])
     payload = {"machine": machine(args.device), "against": rev, "rounds": args.rounds, "runs": runs, "rows": rows,
                "settings": {"threads": "1 and 2" if args.compiled else 1,

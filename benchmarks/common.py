@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from pathlib import Path
 from typing import Callable
@@ -111,3 +112,28 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def alternate(rounds: int, measure: Callable[[str], object]) -> dict[str, list]:
+    """``measure("old")`` and ``measure("new")`` ``rounds`` times each, in alternating order (old,
+    new, new, old, ...) so that both trees of an A/B see the same machine load: ``{"old": [...],
+    "new": [...]}``."""
+    runs = {"old": [], "new": []}
+    for i in range(rounds):
+        for which in ("old", "new") if i % 2 == 0 else ("new", "old"):
+            runs[which].append(measure(which))
+            print(f"round {i + 1}/{rounds} {which}: {runs[which][-1]}", flush=True)
+    return runs
+
+
+def paired_medians(old: list[float], new: list[float]) -> tuple[float, float, float]:
+    """The median of each tree's measurements and the median of the round-by-round ratios new/old."""
+    return statistics.median(old), statistics.median(new), statistics.median(n / o for o, n in zip(old, new))
+
+
+def probe_json(command: list[str], tree: Path, env: dict[str, str]):
+    """Run a measuring process in ``tree`` and return what it printed as JSON on its last line."""
+    done = subprocess.run(command, cwd=tree, capture_output=True, text=True, env=env)
+    if done.returncode:
+        raise RuntimeError(f"probe failed in {tree}:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
