@@ -14,7 +14,7 @@ from .adaptation import DualAveraging
 from .engines import ENGINES, Engine, check_run, run
 from .group_em import GroupSparseOptions, GroupSparseSGHMCOptimizer
 from .kernels import (
-    HMC, NUTS, SGHMC, SGHMCSA, SGLD, SGLDSA, BatchedNUTS, ChEESHMC, FixedStepHMC, FlatKernel, GroupSparseSGHMC, ProximalHMC,
+    HMC, MAMS, MCLMC, NUTS, SGHMC, SGHMCSA, SGLD, SGLDSA, BatchedNUTS, ChEESHMC, FixedStepHMC, FlatKernel, GroupSparseSGHMC, ProximalHMC,
     RandomWalkMH,
 )
 from .mcmc import MCMC
@@ -24,7 +24,7 @@ from .vi import AdaBound, AMSBound, MeanFieldGuide, PyroAdaBound, PyroAMSBound, 
 
 __all__ = [
     "BNNPotential", "BatchedNUTS", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FixedStepHMC", "FlatKernel",
-    "FlatPotential", "HMC", "MCMC",
+    "FlatPotential", "HMC", "MAMS", "MCLMC", "MCMC",
     "NUTS", "ProximalHMC", "PyroPotential", "RandomWalkMH", "Run", "check_run", "make_potential", "run", "split_mcmc",
     "AdaBound", "AMSBound", "PyroAdaBound", "PyroAMSBound", "MeanFieldGuide", "VIFit", "VIOptions",
     "fit_mean_field", "kl_weights",

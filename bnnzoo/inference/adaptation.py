@@ -23,8 +23,10 @@ import torch
 
 from .integrators import velocity
 
-__all__ = ["ChainVariance", "DualAveraging", "PooledVariance", "ScalarAdam", "acceptance_statistic", "chees_gradient",
-           "find_step_size", "halton", "harmonic_mean_acceptance", "late_mass_windows", "mass_windows"]
+__all__ = ["ChainVariance", "DualAveraging", "EnergyVarianceStepSize", "PooledVariance", "ScalarAdam", "acceptance_statistic",
+           "chees_gradient", "decoherence_length", "effective_sample_size",
+           "find_step_size", "halton", "harmonic_mean_acceptance", "late_mass_windows", "mass_windows",
+           "within_chain_variance"]
 
 Tensor = torch.Tensor
 
@@ -117,6 +119,13 @@ class PooledVariance:
         """Sample variance shrunk toward 1e-3 as in Stan: ``n/(n+5) var + 1e-3 * 5/(n+5)``."""
         var = self.m2 / max(self.n - 1, 1)
         return self.n / (self.n + 5.0) * var + 1e-3 * 5.0 / (self.n + 5.0)
+
+
+def within_chain_variance(variance: "ChainVariance") -> Tensor:
+    """``[D]``: the chains' own variances (:class:`ChainVariance`) averaged over chains, the spread of
+    their means left out (the microcanonical samplers' preconditioner: a local scale, not the
+    distance between modes)."""
+    return variance.variance().mean(0)
 
 
 class ChainVariance:
@@ -279,3 +288,81 @@ def chees_gradient(theta: Tensor, proposal: Tensor, p_new: Tensor, prob: Tensor,
                      inv_mass.double())
     per_chain = time * change * (centred_new * v_new).sum(-1)
     return float((weight * per_chain).sum() / weight.sum())
+
+
+class EnergyVarianceStepSize:
+    r"""The microcanonical step size from the energy error (Robnik et al. 2023, section on tuning;
+    the scheme of BlackJAX's ``mclmc_find_L_and_step_size``): the energy error of an integrator
+    step has variance :math:`\mathrm{Var}[\Delta E] \propto \epsilon^6`, so each step predicts the step
+    size that would give :math:`\mathrm{Var}[\Delta E] / d` = ``target``:
+
+    .. math::
+        \xi = \frac{\overline{\Delta E^2}}{d\,\text{target}} + 10^{-8},\quad
+        w = \exp\!\left(-\tfrac12 \left(\frac{\log \xi}{6 \cdot 1.5}\right)^2\right),\quad
+        \bar x \leftarrow \gamma \bar x + w \xi / \epsilon^6,\quad
+        \bar t \leftarrow \gamma \bar t + w,\quad
+        \epsilon \leftarrow (\bar x / \bar t)^{-1/6}
+
+    with :math:`\overline{\Delta E^2}` the mean over the chains whose step was finite and the decay
+    :math:`\gamma = (n - 1)/(n + 1)`, n = ``num_effective_samples`` (150). The weight :math:`w`
+    discounts steps far from the target. A step that was not finite in at least half of the chains
+    (an unstable step size, not a few chains meeting a region where the density is not finite)
+    caps the step size at 0.8 times the one that failed, for good. All state is plain numbers.
+    """
+
+    def __init__(self, step_size: float, dim: int, target: float, num_effective_samples: int = 150,
+                 trust: float = 1.5):
+        self.step_size, self.dim, self.target, self.trust = float(step_size), int(dim), float(target), float(trust)
+        self.decay = (num_effective_samples - 1.0) / (num_effective_samples + 1.0)
+        self.x_average, self.time, self.step_size_max = 0.0, 0.0, math.inf
+
+    def update(self, energy_change: Tensor, finite: Tensor) -> float:
+        """Feed one step's energy errors ``[C]`` and which chains were finite; the next step size."""
+        if 2 * int(finite.sum()) <= finite.numel():
+            self.step_size_max = 0.8 * self.step_size
+        if bool(finite.any()):
+            square = float(energy_change[finite].double().square().mean())
+            xi = square / (self.dim * self.target) + 1e-8
+            weight = math.exp(-0.5 * (math.log(xi) / (6.0 * self.trust)) ** 2)
+            self.x_average = self.decay * self.x_average + weight * xi / self.step_size ** 6
+            self.time = self.decay * self.time + weight
+        if self.time > 0 and self.x_average > 0:
+            self.step_size = (self.x_average / self.time) ** (-1.0 / 6.0)
+        self.step_size = min(self.step_size, self.step_size_max)
+        return self.step_size
+
+
+def effective_sample_size(draws: Tensor, between_chains: bool = True) -> Tensor:
+    r"""Multi-chain effective sample size of each column of ``draws [T, C, K]`` (T draws of C chains):
+    Stan's estimator, :math:`\hat\rho_t = 1 - (W - \overline{\gamma_t}) / \widehat{\mathrm{var}}^+`
+    from the chains' FFT autocovariances :math:`\gamma_t`, summed over Geyer's initial positive and
+    monotone sequence; ``[K]``, in float64. ``between_chains=False`` leaves the spread of the
+    chains' means out of :math:`\widehat{\mathrm{var}}^+` (the autocorrelation within each chain,
+    whatever mode it is in). Used by warm-up (the decoherence length of MCLMC and MAMS); the
+    reported diagnostics come from ArviZ."""
+    x = draws.detach().double()
+    n, chains = x.shape[0], x.shape[1]
+    centred = x - x.mean(0)
+    size = 1 << (2 * n - 1).bit_length()
+    spectrum = torch.fft.rfft(centred, n=size, dim=0)
+    acov = torch.fft.irfft(spectrum * spectrum.conj(), n=size, dim=0)[:n] / n  # [T, C, K]
+    chain_var = acov[0] * n / max(n - 1, 1)
+    within = chain_var.mean(0)
+    between = x.mean(0).var(0, unbiased=True) if chains > 1 and between_chains else torch.zeros_like(within)
+    var_plus = within * (n - 1) / n + between
+    rho = 1.0 - (within - acov.mean(1)) / var_plus.clamp_min(1e-300)  # [T, K]
+    pairs = rho[: n - n % 2].reshape(-1, 2, rho.shape[-1]).sum(1)  # P_t = rho_2t + rho_2t+1
+    positive = torch.cumprod((pairs > 0).double(), 0)
+    monotone = torch.cummin(pairs.clamp_min(0.0), 0).values
+    tau = -1.0 + 2.0 * (monotone * positive).sum(0)
+    return n * chains / tau.clamp_min(1.0 / math.log10(max(n * chains, 10)))
+
+
+def decoherence_length(draws: Tensor, distance_per_draw: float, factor: float = 0.4) -> float:
+    r"""The decoherence length :math:`L` from warm-up draws ``[T, C, K]``: ``factor`` times the
+    distance travelled per effective sample, :math:`L = 0.4\, \ell\, \overline{T C / \mathrm{ESS}_k}`
+    with :math:`\ell` the distance each draw moved (Robnik et al. 2023; BlackJAX's third tuning stage).
+    The ESS is each chain's own (``between_chains=False``): chains in different modes of a network's
+    posterior would otherwise read as chains that never decorrelate."""
+    ess = effective_sample_size(draws, between_chains=False)
+    return float(factor * distance_per_draw * (draws.shape[0] * draws.shape[1] / ess).mean())

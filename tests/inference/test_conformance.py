@@ -17,8 +17,8 @@ from pyro.infer import MCMC as PyroMCMC
 from pyro.infer import Predictive
 
 from bnnzoo.diagnostics import to_inference_data
-from bnnzoo.inference import (MCMC, SGHMC, SGHMCSA, SGLD, SGLDSA, BatchedNUTS, ChEESHMC, FixedStepHMC, GroupSparseSGHMC, ProximalHMC,
-                              RandomWalkMH)
+from bnnzoo.inference import (MAMS, MCLMC, MCMC, SGHMC, SGHMCSA, SGLD, SGLDSA, BatchedNUTS, ChEESHMC, FixedStepHMC,
+                              GroupSparseSGHMC, ProximalHMC, RandomWalkMH)
 from bnnzoo.models import BNN, GroupSpikeAndSlab, SpikeAndSlab, zoo
 from bnnzoo.results import split_mcmc
 from tests.support.pyro_models import Net
@@ -63,7 +63,12 @@ KERNELS = {
     "proximal_hmc": (ProximalHMC, {"num_steps": 5}),
     "sgld": (SGLD, {"step_size": 1e-3}),
     "sghmc": (SGHMC, {"step_size": 1e-3}),
+    "mclmc": (MCLMC, {}),
+    "mams": (MAMS, {"max_steps": 10}),
 }
+#: the microcanonical kernels move a unit velocity on a sphere of d - 1 dimensions: d >= 2
+MICROCANONICAL = ("mclmc", "mams")
+ONE_PARAMETER = ("no_arguments", "keyword_arguments")
 HMC_FAMILY = ("fixed_hmc", "chees", "proximal_hmc", "batched_nuts")
 CONFIGS = {"pyro-1": (PyroMCMC, 1, None), "pyro-2": (PyroMCMC, 2, None), "vectorized-4": (MCMC, 4, "vectorized")}
 DRAWS = 12
@@ -87,6 +92,10 @@ def test_kernel_runs_and_chains_are_chains(model_name, kernel_name, config):
     mcmc, args, kwargs, chains = make_mcmc(model_name, kernel_name, config)
     if kernel_name == "chees" and config.startswith("pyro"):  # ChEES adapts across chains
         with pytest.raises(ValueError, match="chain_method='vectorized'"):
+            mcmc.run(*args, **kwargs)
+        return
+    if kernel_name in MICROCANONICAL and model_name in ONE_PARAMETER:
+        with pytest.raises(ValueError, match="1 unconstrained parameter.*at least 2"):
             mcmc.run(*args, **kwargs)
         return
     with warnings.catch_warnings():

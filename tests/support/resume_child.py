@@ -28,6 +28,8 @@ ENGINES = {
     "batched_nuts": ({"max_tree_depth": 3}, 1),
     "fixed_hmc": ({}, 1),
     "proximal_hmc": ({}, 1),
+    "mclmc": ({}, 1),
+    "mams": ({"max_steps": 8}, 1),
     "sgld": ({"step_size": 1e-4}, 1),
     "sghmc": ({}, 1),
     "sgld_sa": ({"step_size": 1e-4}, 1),

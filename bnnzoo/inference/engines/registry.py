@@ -16,6 +16,8 @@ from ...results import Draws
 from ..kernels.chees import ChEESHMC
 from ..kernels.group_sparse import GroupSparseSGHMC
 from ..kernels.hmc import FixedStepHMC
+from ..kernels.mams import MAMS
+from ..kernels.mclmc import MCLMC
 from ..kernels.nuts import BatchedNUTS
 from ..kernels.proximal_hmc import ProximalHMC
 from ..kernels.pyro_hmc import HMC, NUTS
@@ -145,6 +147,10 @@ _kernel("fixed_hmc", FixedStepHMC, "HMC with a fixed step size and number of lea
         "all chains as one batch", driver=("compile",))
 _kernel("proximal_hmc", ProximalHMC, "Proximal HMC for L1 / Laplace priors: proximal leapfrog force, exact "
         "Metropolis test", driver=("chain_method", "compile"))
+_kernel("mclmc", MCLMC, "Unadjusted microcanonical Langevin Monte Carlo: isokinetic steps, partial velocity "
+        "refresh; step size tuned to an energy-error variance, L from the effective sample size")
+_kernel("mams", MAMS, "Metropolis-adjusted microcanonical sampler: jittered isokinetic trajectories, exact "
+        "accept/reject; step size by dual averaging, L from the autocorrelation")
 _kernel("sgld", SGLD, "Stochastic gradient Langevin dynamics: minibatch gradients, step-size schedules, "
         "tempering, pruning")
 _kernel("sghmc", SGHMC, "Stochastic gradient HMC (SGD-with-momentum form): friction, noise estimate, "

@@ -4,6 +4,8 @@ from .base import BaseOptions, FlatKernel, metropolis_accept
 from .chees import ChEESHMC, ChEESOptions
 from .group_sparse import GroupSparseSGHMC, GroupSparseSGHMCOptions
 from .hmc import AdaptiveHMC, FixedStepHMC, HMCOptions, WarmupOptions
+from .mams import MAMS, MAMSOptions
+from .mclmc import MCLMC, MCLMCOptions
 from .nuts import BatchedNUTS, BatchedNUTSOptions
 from .proximal_hmc import ProximalHMC, ProximalOptions
 from .pyro_hmc import HMC, NUTS, NUTSOptions
@@ -11,10 +13,12 @@ from .rwmh import RandomWalkMH, RWMHOptions
 from .sghmc import SGHMC, SGHMCOptions
 from .sgld import SGLD
 from .sgmcmc import SGLDOptions, SGMCMCKernel, SGMCMCOptions
+from .transition import TransitionKernel
 from .spike_slab_sa import SGHMCSA, SGHMCSAOptions, SGLDSA, SGLDSAOptions
 
 __all__ = ["AdaptiveHMC", "BaseOptions", "BatchedNUTS", "BatchedNUTSOptions", "ChEESHMC", "ChEESOptions", "FixedStepHMC", "FlatKernel",
-           "GroupSparseSGHMC", "GroupSparseSGHMCOptions", "HMC", "HMCOptions", "NUTS", "NUTSOptions",
+           "GroupSparseSGHMC", "GroupSparseSGHMCOptions", "HMC", "HMCOptions", "MAMS", "MAMSOptions", "MCLMC",
+           "MCLMCOptions", "NUTS", "NUTSOptions",
            "ProximalHMC", "ProximalOptions", "RWMHOptions", "RandomWalkMH", "SGHMC", "SGHMCOptions", "SGHMCSA",
            "SGHMCSAOptions", "SGLD", "SGLDOptions", "SGLDSA", "SGLDSAOptions", "SGMCMCKernel", "SGMCMCOptions",
-           "WarmupOptions", "metropolis_accept"]
+           "TransitionKernel", "WarmupOptions", "metropolis_accept"]

@@ -1,0 +1,113 @@
+r"""Isokinetic (microcanonical) dynamics as small pure functions on ``[C, D]`` tensors.
+
+The microcanonical samplers (:mod:`~bnnzoo.inference.kernels.mclmc`,
+:mod:`~bnnzoo.inference.kernels.mams`) move a position :math:`x` with a velocity :math:`u`
+of unit norm (Robnik, De Luca, Silverstein and Seljak 2023; Ver Steeg and Galstyan 2021).
+Everything here works in the preconditioned coordinates :math:`z = x / \sigma` for a
+diagonal scale :math:`\sigma` (``scale``, ``[D]``): the position moves by :math:`\sigma \odot u`
+and the velocity feels the preconditioned force :math:`g = -\sigma \odot \nabla U(x)`.
+
+* :func:`velocity_update`: the exact solution of the isokinetic velocity equation for a
+  constant force over a time :math:`\epsilon`, and the kinetic-energy change it implies;
+* :data:`INTEGRATORS`: leapfrog and the two-stage minimal-norm (McLachlan) scheme, as
+  lists of ``("v" | "x", coefficient)`` substeps;
+* :func:`integrate`: one integrator step (a scheme's substeps) from a state;
+* :func:`unit_normal`, :func:`partial_refresh`: the velocity draws.
+
+The update rules are in ``docs/algorithms.md`` ("Microcanonical samplers").
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import torch
+
+__all__ = ["INTEGRATORS", "GRADIENTS_PER_STEP", "Phase", "integrate", "partial_refresh", "unit_normal",
+           "velocity_update"]
+
+Tensor = torch.Tensor
+ValueAndGrad = Callable[[Tensor], tuple[Tensor, Tensor]]
+
+#: b1 of the two-stage minimal-norm scheme (McLachlan 1995; Omelyan, Mryglod and Folk 2003)
+MCLACHLAN_B1 = 0.1931833275037836
+#: substeps of each integrator: ("v", b) moves the velocity for b * step_size, ("x", a) the position
+INTEGRATORS: dict[str, tuple[tuple[str, float], ...]] = {
+    "leapfrog": (("v", 0.5), ("x", 1.0), ("v", 0.5)),
+    "mclachlan": (("v", MCLACHLAN_B1), ("x", 0.5), ("v", 1.0 - 2.0 * MCLACHLAN_B1), ("x", 0.5),
+                  ("v", MCLACHLAN_B1)),
+}
+#: gradient evaluations per integrator step (the last force is reused by the next step)
+GRADIENTS_PER_STEP = {name: sum(kind == "x" for kind, _ in steps) for name, steps in INTEGRATORS.items()}
+
+
+class Phase(NamedTuple):
+    """A point of the dynamics: position ``x [C, D]``, unit velocity ``u [C, D]`` (in the
+    preconditioned coordinates), ``value`` :math:`U(x)` ``[C]`` and ``grad`` :math:`\\nabla U(x)` ``[C, D]``."""
+
+    x: Tensor
+    u: Tensor
+    value: Tensor
+    grad: Tensor
+
+
+def unit_normal(like: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """A velocity uniform on the unit sphere, per chain: a standard normal ``[C, D]`` normalised."""
+    z = torch.randn(like.shape, generator=generator, dtype=like.dtype, device=like.device)
+    return z / z.norm(dim=-1, keepdim=True)
+
+
+def velocity_update(u: Tensor, force: Tensor, time: float | Tensor) -> tuple[Tensor, Tensor]:
+    r"""The isokinetic velocity after a time ``time`` under a constant preconditioned force
+    ``force`` :math:`= g = -\sigma \odot \nabla U`, and the kinetic-energy change, per chain.
+
+    With :math:`e = g / |g|`, :math:`\delta = \epsilon |g| / (d - 1)`, :math:`\zeta = e^{-\delta}`:
+
+    .. math::
+        u' \propto e (1 - \zeta)(1 + \zeta + (u \cdot e)(1 - \zeta)) + 2 \zeta u,\qquad
+        \Delta K = (d - 1)\left(\delta - \log 2 + \log(1 + u \cdot e + (1 - u \cdot e)\zeta^2)\right)
+
+    (Robnik et al. 2023, eq. 15; :math:`\Delta K` is minus the log-Jacobian of the map, so the
+    energy error of a step is :math:`\Delta K + U(x') - U(x)`). A zero force leaves ``u`` as it is.
+    """
+    dim = u.shape[-1]
+    norm = torch.linalg.vector_norm(force, dim=-1, keepdim=True).clamp_min(torch.finfo(force.dtype).tiny)
+    ue = (u * force).sum(-1, keepdim=True) / norm
+    delta = norm * (time / (dim - 1))
+    zeta = torch.exp(-delta)
+    one_minus = 1 - zeta
+    # e (1 - zeta)(1 + zeta + ue (1 - zeta)) + 2 zeta u, with e = force / |force|
+    new = torch.addcmul(u * (2 * zeta), force, one_minus * (1 + zeta + ue * one_minus) / norm)
+    new = new / torch.linalg.vector_norm(new, dim=-1, keepdim=True)
+    kinetic = (delta - math.log(2.0) + torch.log(1 + ue + (1 - ue) * zeta * zeta)) * (dim - 1)
+    return new, kinetic.squeeze(-1)
+
+
+def integrate(phase: Phase, step_size: float | Tensor, scale: Tensor, value_and_grad: ValueAndGrad,
+              integrator: str = "mclachlan") -> tuple[Phase, Tensor]:
+    r"""One step of ``integrator`` (a key of :data:`INTEGRATORS`) of size ``step_size`` from
+    ``phase``: the new phase and the kinetic-energy change :math:`\Delta K` ``[C]`` summed over
+    the velocity substeps. The position moves by :math:`a \epsilon\, \sigma \odot u`; the force of
+    the last position is reused by the next step's first velocity substep."""
+    x, u, value, grad = phase
+    kinetic = torch.zeros_like(value)
+    for kind, coefficient in INTEGRATORS[integrator]:
+        if kind == "v":
+            u, change = velocity_update(u, -scale * grad, coefficient * step_size)
+            kinetic = kinetic + change
+        else:
+            x = x + (coefficient * step_size) * scale * u
+            value, grad = value_and_grad(x)
+    return Phase(x, u, value, grad), kinetic
+
+
+def partial_refresh(u: Tensor, step_size: float, length: float, generator: torch.Generator | None = None) -> Tensor:
+    r"""Partial velocity refresh over the decoherence length :math:`L`:
+    :math:`u \leftarrow (c_1 u + c_2 \xi / \sqrt d) / |\cdot|`, :math:`c_1 = e^{-\epsilon / L}`,
+    :math:`c_2 = \sqrt{1 - c_1^2}`, :math:`\xi \sim N(0, I)` (Robnik et al. 2023, the Langevin part of MCLMC)."""
+    c1 = math.exp(-step_size / length)
+    c2 = math.sqrt(1.0 - c1 * c1)
+    xi = torch.randn(u.shape, generator=generator, dtype=u.dtype, device=u.device)
+    new = c1 * u + (c2 / math.sqrt(u.shape[-1])) * xi
+    return new / new.norm(dim=-1, keepdim=True)

@@ -1,0 +1,250 @@
+r"""MCLMC: unadjusted microcanonical Langevin Monte Carlo (Robnik, De Luca, Silverstein and Seljak 2023).
+
+Each draw is one step of isokinetic dynamics (:mod:`~bnnzoo.inference.isokinetic`) followed by
+a partial refresh of the unit velocity over the decoherence length :math:`L`. There is no
+accept/reject: the stationary distribution is the target up to an integration bias that the
+step size controls, through the energy error's variance per dimension (``desired_energy_var``).
+Warm-up (:class:`MCLMCAdaptation`) tunes the step size to that variance, a diagonal
+preconditioner from the chains' variances, and :math:`L` from the effective sample size of the
+warm-up draws (the scheme of BlackJAX's ``mclmc_find_L_and_step_size``). The rules are in
+``docs/algorithms.md`` ("Microcanonical samplers").
+
+**References**
+
+* Robnik, J., De Luca, G. B., Silverstein, E. and Seljak, U. (2023). Microcanonical Hamiltonian
+  Monte Carlo. JMLR 24.
+* Robnik, J. and Seljak, U. (2024). Fluctuation without dissipation: microcanonical Langevin Monte
+  Carlo. Proceedings of the 6th Symposium on Advances in Approximate Bayesian Inference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from ..adaptation import ChainVariance, EnergyVarianceStepSize, decoherence_length, within_chain_variance
+from ..isokinetic import INTEGRATORS, GRADIENTS_PER_STEP, Phase, integrate, partial_refresh, unit_normal
+from ..options import choice, flag, option, optional, positive
+from ..potential import placement
+from .base import BaseOptions
+from .transition import TransitionKernel
+
+__all__ = ["MCLMC", "MCLMCAdaptation", "MCLMCInfo", "MCLMCOptions", "MCLMCParams", "MCLMCSampler", "MCLMCState",
+           "Microcanonical", "tracked_columns", "warmup_phases"]
+
+Tensor = torch.Tensor
+#: at most this many coordinates (evenly spaced) enter the effective sample size that sets L
+ESS_COLUMNS = 1024
+
+
+class MCLMCState(NamedTuple):
+    """Chains ``[C, ...]``: position, unit velocity (preconditioned coordinates), :math:`U` and :math:`\\nabla U`."""
+
+    position: Tensor
+    velocity: Tensor
+    value: Tensor
+    grad: Tensor
+
+
+class MCLMCParams(NamedTuple):
+    """What warm-up tunes: the step size, the decoherence length L (both in preconditioned units)
+    and the preconditioner's scales ``[D]`` (the posterior standard deviations)."""
+
+    step_size: float
+    L: float
+    scale: Tensor
+
+
+class MCLMCInfo(NamedTuple):
+    """One draw's statistics: ``diverging`` (a step that was not finite: the chain stays), the
+    ``energy_error`` of the step (inf where not finite), ``step_size`` and ``n_steps`` (integrator steps)."""
+
+    diverging: Tensor
+    energy_error: Tensor
+    step_size: float
+    n_steps: int
+
+
+class MCLMCSampler:
+    """The MCLMC transition on a flat potential (module docstring): ``init`` and ``step``."""
+
+    def __init__(self, value_and_grad, integrator: str = "mclachlan"):
+        self.value_and_grad, self.integrator = value_and_grad, integrator
+
+    def init(self, position: Tensor, generator: torch.Generator | None = None) -> MCLMCState:
+        value, grad = self.value_and_grad(position)
+        return MCLMCState(position, unit_normal(position, generator), value, grad)
+
+    def step(self, state: MCLMCState, params: MCLMCParams,
+             generator: torch.Generator | None = None) -> tuple[MCLMCState, MCLMCInfo]:
+        """One integrator step, then the partial refresh; a chain whose step is not finite keeps its
+        position (a counted divergence) and turns back: it refreshes its old velocity reversed."""
+        phase, kinetic = integrate(Phase(state.position, state.velocity, state.value, state.grad),
+                                   params.step_size, params.scale, self.value_and_grad, self.integrator)
+        error = kinetic + phase.value - state.value
+        finite = torch.isfinite(error) & torch.isfinite(phase.x).all(-1) & torch.isfinite(phase.grad).all(-1)
+        keep = finite.unsqueeze(-1)
+        velocity = partial_refresh(torch.where(keep, phase.u, -state.velocity), params.step_size, params.L, generator)
+        new = MCLMCState(torch.where(keep, phase.x, state.position), velocity,
+                         torch.where(finite, phase.value, state.value), torch.where(keep, phase.grad, state.grad))
+        info = MCLMCInfo(~finite, torch.where(finite, error, torch.full_like(error, math.inf)), params.step_size, 1)
+        return new, info
+
+
+def warmup_phases(num_steps: int, *fractions: float) -> list[int]:
+    """The ends of warm-up's phases: the cumulative ``fractions`` of ``num_steps``, as step counts."""
+    ends, total = [], 0.0
+    for fraction in fractions:
+        total += fraction
+        ends.append(int(round(total * num_steps)))
+    return ends
+
+
+def tracked_columns(dim: int, device: torch.device) -> Tensor:
+    """At most :data:`ESS_COLUMNS` coordinates, evenly spaced, whose draws set L."""
+    return torch.linspace(0, dim - 1, min(dim, ESS_COLUMNS), device=device).round().long().unique()
+
+
+class MCLMCAdaptation:
+    r"""MCLMC's warm-up, in four phases of the warm-up steps (each a share of them):
+
+    1. (30%) the step size toward ``desired_energy_var``
+       (:class:`~bnnzoo.inference.adaptation.EnergyVarianceStepSize`);
+    2. (30%) the same, while the chains' own variances are pooled
+       (:func:`~bnnzoo.inference.adaptation.within_chain_variance`: the spread between chains in
+       different modes left out); at its end their roots become the preconditioner's scales and
+       :math:`L = \sqrt{d}` (the preconditioned target has unit variances);
+    3. (15%) the step size again, under the new preconditioner;
+    4. (25%) the parameters fixed while up to 1024 coordinates are recorded; at the end
+       :math:`L = 0.4\,\epsilon\,\overline{\tau}` from their integrated autocorrelation times
+       (:func:`~bnnzoo.inference.adaptation.decoherence_length`).
+
+    What is switched off by the options keeps its value. All state is plain numbers and tensors.
+    """
+
+    def __init__(self, dim: int, desired_energy_var: float, adapt_step_size: bool = True, adapt_L: bool = True,
+                 precondition: bool = True):
+        self.dim, self.desired_energy_var = int(dim), float(desired_energy_var)
+        self.adapt_step_size, self.adapt_L, self.precondition = adapt_step_size, adapt_L, precondition
+
+    def start(self, sampler: MCLMCSampler, state: MCLMCState, params: MCLMCParams,
+              num_steps: int) -> tuple[MCLMCState, MCLMCParams]:
+        self.ends = warmup_phases(num_steps, 0.3, 0.3, 0.15, 0.25)
+        self.tuner = EnergyVarianceStepSize(params.step_size, self.dim, self.desired_energy_var)
+        self.variance = ChainVariance()
+        self.columns = tracked_columns(self.dim, state.position.device)
+        self.draws: list[Tensor] = []
+        return state, params
+
+    def update(self, sampler: MCLMCSampler, t: int, state: MCLMCState, info: MCLMCInfo,
+               params: MCLMCParams) -> tuple[MCLMCState, MCLMCParams]:
+        first, second, third, _ = self.ends
+        if self.adapt_step_size and t < third:
+            params = params._replace(step_size=self.tuner.update(info.energy_error, ~info.diverging))
+        if self.precondition and first <= t < second:
+            self.variance.update(state.position)
+        if t == second - 1 and self.variance.n > 1:
+            params = self._precondition(params)
+        if self.adapt_L and t >= third:
+            self.draws.append(state.position[:, self.columns] / params.scale[self.columns])
+            if t == self.ends[-1] - 1 and len(self.draws) >= 8:
+                params = params._replace(L=decoherence_length(torch.stack(self.draws), params.step_size))
+                self.draws = []
+        return state, params
+
+    def _precondition(self, params: MCLMCParams) -> MCLMCParams:
+        """The preconditioner from the chains' own variances; L the root of the summed variances in its units."""
+        scale = within_chain_variance(self.variance).sqrt().to(params.scale.dtype)
+        self.variance = ChainVariance()
+        if not bool(torch.isfinite(scale).all() and (scale > 0).all()):
+            return params
+        params = params._replace(scale=scale)
+        if self.adapt_L:
+            params = params._replace(L=math.sqrt(self.dim))
+        self.tuner = EnergyVarianceStepSize(params.step_size, self.dim, self.desired_energy_var)
+        return params
+
+
+@dataclass(frozen=True)
+class MCLMCOptions(BaseOptions):
+    """Options of :class:`MCLMC`."""
+
+    integrator: str = option("mclachlan", "isokinetic integrator: 'mclachlan' (two-stage minimal norm, 2 "
+                             "gradients a step) or 'leapfrog' (1)", choice(*INTEGRATORS))
+    step_size: float | None = option(None, "first step size, preconditioned units (None: sqrt(d) / 4)",
+                                     optional(positive))
+    L: float | None = option(None, "momentum decoherence length, preconditioned units (None: sqrt(d))",
+                             optional(positive))
+    desired_energy_var: float = option(5e-4, "target variance of the energy error per dimension; the step "
+                                       "size is tuned to it (smaller: less bias, more steps)", positive)
+    adapt_step_size: bool = option(True, "tune the step size to desired_energy_var during warm-up", flag)
+    adapt_L: bool = option(True, "tune L from the warm-up draws' effective sample size", flag)
+    diagonal_preconditioning: bool = option(True, "scale each coordinate by its warm-up standard deviation", flag)
+
+
+class Microcanonical(TransitionKernel):
+    """What the microcanonical kernels share on the core: the dimension check, the ``L`` statistic
+    and the tuned parameters (``params``: a step size, L and the preconditioner's ``scale``)."""
+
+    @classmethod
+    def check_dimension(cls, dim: int) -> None:
+        """The isokinetic velocity lives on a sphere of d - 1 dimensions: refuse d < 2."""
+        if dim < 2:
+            raise ValueError(f"{cls.__name__}: the model has {dim} unconstrained parameter(s); the "
+                             "microcanonical samplers need at least 2")
+
+    def check_potential(self, potential) -> None:
+        self.check_dimension(potential.dim)
+
+    def extra_stats(self) -> dict:
+        return {"L": float(self.params.L)}
+
+    def tuned(self) -> dict:
+        """Step size, L and ``inverse_mass_matrix``: the preconditioner's variances ``scale**2``."""
+        return {"step_size": self.params.step_size, "L": self.params.L,
+                "inverse_mass_matrix": (self.params.scale ** 2).cpu().numpy()}
+
+
+class MCLMC(Microcanonical):
+    r"""Unadjusted microcanonical Langevin Monte Carlo for C chains as one batch (module docstring).
+
+    .. math::
+        (x, u) \leftarrow \Phi_\epsilon(x, u),\qquad
+        u \leftarrow \frac{c_1 u + c_2 \xi / \sqrt d}{|\cdot|},\ c_1 = e^{-\epsilon/L},\ c_2 = \sqrt{1 - c_1^2}
+
+    with :math:`\Phi_\epsilon` one step of the isokinetic integrator. Every warm-up step tunes
+    (:class:`MCLMCAdaptation`); afterwards the parameters are fixed. A step that is not finite
+    is a counted divergence and the chain stays where it was. Options: :class:`MCLMCOptions`.
+
+    Per-draw statistics: ``diverging``, ``energy_error``, ``step_size``, ``n_steps`` (integrator
+    steps per draw: 1), ``L`` and ``lp``. The parameters after warm-up are in
+    ``kernel.params`` and in ``diagnostics()`` (``step_size``, ``L``, ``inverse_mass_matrix``).
+
+    Examples
+    --------
+    >>> from bnnzoo.inference import MCMC, MCLMC
+    >>> mcmc = MCMC(MCLMC(model), num_samples=2000, warmup_steps=1000, num_chains=8, chain_method="vectorized")
+    >>> mcmc.run(x, y)
+    """
+
+    Options = MCLMCOptions
+    stat_names = ("diverging", "energy_error", "step_size", "n_steps", "L", "lp")
+
+    def gradients_per_step(self) -> int:
+        """Gradient evaluations per integrator step."""
+        return GRADIENTS_PER_STEP[self.options.integrator]
+
+    def build(self, theta: Tensor):
+        dim = self.potential.dim
+        self.check_dimension(dim)
+        opts = self.options
+        sampler = MCLMCSampler(self.potential.value_and_grad, opts.integrator)
+        start = MCLMCParams(opts.step_size if opts.step_size is not None else math.sqrt(dim) / 4,
+                            opts.L if opts.L is not None else math.sqrt(dim),
+                            torch.ones(dim, **placement(self.potential)))
+        adaptation = MCLMCAdaptation(dim, opts.desired_energy_var, opts.adapt_step_size, opts.adapt_L,
+                                     opts.diagonal_preconditioning)
+        return sampler, adaptation, start

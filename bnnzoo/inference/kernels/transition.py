@@ -1,0 +1,126 @@
+r"""The sampler core: a sampler is explicit data and a step; one adapter makes it a Pyro kernel.
+
+BlackJAX's shape inside, Pyro's outside. A sampler is an object with two methods on
+explicit states whose tensors carry the chains as their leading dimension:
+
+* ``init(position [C, D]) -> State``: a frozen ``NamedTuple`` (position, its potential and
+  gradient, and the sampler's own fields);
+* ``step(state, params, generator=None) -> (State, Info)``: one transition; ``params`` (a
+  ``NamedTuple``: step size, trajectory length, preconditioner, ...) is what warm-up tunes,
+  ``Info`` (a ``NamedTuple`` in ArviZ's names: ``acceptance_rate``, ``diverging``,
+  ``energy``, ``energy_error``, ``step_size``, ``n_steps``, ...; a field may be None) is one
+  row of per-draw statistics.
+
+Warm-up is a separate component composed around the sampler (BlackJAX's
+``window_adaptation(algorithm)``): an adaptation with ``start(sampler, state, params, num_steps)
+-> (state, params)`` before the first warm-up step and ``update(sampler, t, state, info, params) ->
+(state, params)`` after each (``t`` counts warm-up steps from 0; at ``t = num_steps - 1`` it
+returns the final parameters; the sampler is there to try a step, as a step-size search does).
+Its state is plain attributes (numbers, tensors), so a checkpoint stores it as it is.
+
+:class:`TransitionKernel` is the one adapter: a :class:`~bnnzoo.inference.kernels.base.FlatKernel`
+(so ``pyro.infer.MCMC``, ``bnnzoo.inference.MCMC`` with every ``chain_method``, ``Predictive``,
+checkpoints and ArviZ work) whose transition is ``sampler.step`` and whose warm-up is
+``adaptation.update``. A kernel on this core is one small class: its options dataclass and
+:meth:`TransitionKernel.build`, which returns the sampler, the adaptation and the first
+parameters. Its checkpoint is the state, the parameters and the adaptation's attributes (the
+sampler itself holds only the potential and the options, and is rebuilt by ``setup()``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+import torch
+
+from .base import FlatKernel
+
+__all__ = ["Adaptation", "Sampler", "TransitionKernel", "info_row"]
+
+Tensor = torch.Tensor
+
+
+class Sampler(Protocol):
+    """What :class:`TransitionKernel` drives (module docstring)."""
+
+    def init(self, position: Tensor) -> NamedTuple: ...
+
+    def step(self, state: NamedTuple, params: NamedTuple,
+             generator: torch.Generator | None = None) -> tuple[NamedTuple, NamedTuple]: ...
+
+
+class Adaptation(Protocol):
+    """Warm-up composed around a sampler (module docstring)."""
+
+    def start(self, sampler: Sampler, state: NamedTuple, params: NamedTuple,
+              num_steps: int) -> tuple[NamedTuple, NamedTuple]: ...
+
+    def update(self, sampler: Sampler, t: int, state: NamedTuple, info: NamedTuple,
+               params: NamedTuple) -> tuple[NamedTuple, NamedTuple]: ...
+
+
+def info_row(info: NamedTuple) -> dict[str, Any]:
+    """An ``Info`` as per-draw statistics: its fields that are not None."""
+    return {k: v for k, v in info._asdict().items() if v is not None}
+
+
+class TransitionKernel(FlatKernel):
+    """A Pyro ``MCMCKernel`` made of a sampler and its warm-up adaptation (module docstring).
+
+    A subclass sets :attr:`Options` and writes :meth:`build`. The position of the kernel's
+    state is the chains' current point; a point the driver hands back unchanged continues
+    the state (its velocity and cached gradient), any other point starts a new state there.
+    """
+
+    #: rebuilt by ``setup()``, never stored in a checkpoint
+    checkpoint_environment = ("model", "potential", "potential_fn", "transforms", "_prototype_trace", "sampler")
+
+    def build(self, theta: Tensor) -> tuple[Sampler, Adaptation | None, NamedTuple]:
+        """The sampler, its warm-up adaptation (None: nothing is tuned) and the first
+        parameters, from :attr:`options`, :attr:`potential` and the initial points ``theta [C, D]``."""
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        super()._reset()
+        self.sampler: Sampler | None = None
+        self.adaptation: Adaptation | None = None
+        self.params: NamedTuple | None = None
+        self.state: NamedTuple | None = None
+
+    def prepare(self, theta: Tensor) -> None:
+        self.sampler, self.adaptation, self.params = self.build(theta)
+        self.state = self.sampler.init(theta)
+        if self.adaptation is not None and self._warmup_steps > 0:
+            self.state, self.params = self.adaptation.start(self.sampler, self.state, self.params,
+                                                            self._warmup_steps)
+        self.remember(self.state.position, self.state.value, self.state.grad)
+
+    def _continue(self, theta: Tensor) -> NamedTuple:
+        """The state at ``theta``: the kernel's own where ``theta`` is its position, else a new one."""
+        state = self.state
+        if state is not None and (theta is state.position or torch.equal(theta, state.position)):
+            return state
+        return self.sampler.init(theta)
+
+    def transition(self, theta: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        state, info = self.sampler.step(self._continue(theta), self.params)
+        if self.in_warmup and self.adaptation is not None:
+            state, self.params = self.adaptation.update(self.sampler, self._t, state, info, self.params)
+        self.state = state
+        self.remember(state.position, state.value, state.grad)
+        return state.position, {**info_row(info), "lp": -state.value, **self.extra_stats()}
+
+    def extra_stats(self) -> dict[str, Any]:
+        """Per-draw statistics from the parameters (numbers, the same for every chain)."""
+        return {}
+
+    def diagnostics(self) -> dict:
+        diag = super().diagnostics()
+        if self.params is not None:
+            diag.update(self.tuned())
+        return diag
+
+    def tuned(self) -> dict[str, Any]:
+        """The parameters after warm-up as ``diagnostics()`` reports them (the HMC family's names
+        where they mean the same)."""
+        return {"step_size": self.params.step_size}

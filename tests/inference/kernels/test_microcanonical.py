@@ -1,0 +1,230 @@
+"""MCLMC and MAMS (the microcanonical samplers on the sampler core): the isokinetic pieces on their
+own, MAMS against exact posteriors (a correlated Gaussian, a Laplace-prior posterior on a grid, a
+logistic regression against a long NUTS run), MCLMC's bias against its energy-variance target,
+divergences, bad options, and both on the zoo's networks."""
+
+import math
+
+import arviz as az
+import numpy as np
+import pytest
+import torch
+from torch.distributions.transforms import identity_transform
+
+from bnnzoo.data import load
+from bnnzoo.inference import MAMS, MCLMC, FlatPotential, check_run, run
+from bnnzoo.inference.isokinetic import GRADIENTS_PER_STEP, INTEGRATORS, Phase, integrate, unit_normal, velocity_update
+from bnnzoo.inference.kernels.mams import trajectory_steps
+from bnnzoo.models import Bernoulli, BNNSpec, Dense, Gaussian, GaussianLikelihood, Laplace, zoo
+from tests.support.targets import (assert_gaussian, assert_moments, assert_moments_agree, gaussian_target,
+                                   regression_draws, run_kernel)
+
+RNG = np.random.default_rng(0)
+D = 5
+_A = RNG.normal(size=(D, D))
+COV = _A @ _A.T / D + np.diag(np.linspace(0.1, 3, D))
+MEAN = RNG.normal(size=D)
+
+
+# ------------------------------------------------------------ pure pieces
+def test_the_velocity_stays_on_the_sphere_and_a_zero_force_leaves_it():
+    u = unit_normal(torch.zeros(4, 7, dtype=torch.float64))
+    force = torch.randn(4, 7, dtype=torch.float64)
+    new, kinetic = velocity_update(u, force, 0.3)
+    torch.testing.assert_close(new.norm(dim=-1), torch.ones(4, dtype=torch.float64))
+    assert kinetic.shape == (4,)
+    same, zero = velocity_update(u, torch.zeros_like(force), 0.3)
+    torch.testing.assert_close(same, u)
+    torch.testing.assert_close(zero, torch.zeros(4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("integrator", sorted(INTEGRATORS))
+def test_the_integrator_is_reversible_with_its_kinetic_change(integrator):
+    target = gaussian_target(MEAN, COV)
+    value_and_grad = lambda x: target.value_and_grad(x)  # noqa: E731
+    x = torch.tensor(RNG.normal(size=(3, D)), dtype=torch.float64)
+    scale = torch.linspace(0.5, 2.0, D, dtype=torch.float64)
+    with torch.autocast("cpu", enabled=False):
+        target._mean, target._precision = target._mean.double(), target._precision.double()
+        start = Phase(x, unit_normal(x), *value_and_grad(x))
+        phase, forward = start, torch.zeros(3, dtype=torch.float64)
+        for _ in range(5):
+            phase, change = integrate(phase, 0.2, scale, value_and_grad, integrator)
+            forward = forward + change
+        back, backward = Phase(phase.x, -phase.u, phase.value, phase.grad), torch.zeros(3, dtype=torch.float64)
+        for _ in range(5):
+            back, change = integrate(back, 0.2, scale, value_and_grad, integrator)
+            backward = backward + change
+    torch.testing.assert_close(back.x, start.x)
+    torch.testing.assert_close(-back.u, start.u)
+    torch.testing.assert_close(backward, -forward)  # the energy error of the way back undoes the way out
+
+
+@pytest.mark.parametrize("integrator, order", [("leapfrog", 2), ("mclachlan", 2)])
+def test_the_energy_error_shrinks_with_the_integrators_order(integrator, order):
+    target = gaussian_target(np.zeros(D), np.eye(D))
+    x = torch.tensor(RNG.normal(size=(64, D)), dtype=torch.float64)
+    target._mean, target._precision = target._mean.double(), target._precision.double()
+    u = unit_normal(x, torch.Generator().manual_seed(0))
+    errors = []
+    for step in (0.1, 0.05):
+        phase, kinetic = Phase(x, u, *target.value_and_grad(x)), torch.zeros(64, dtype=torch.float64)
+        for _ in range(int(round(1.0 / step))):  # the same time
+            phase, change = integrate(phase, step, torch.ones(D, dtype=torch.float64), target.value_and_grad,
+                                      integrator)
+            kinetic = kinetic + change
+        errors.append(float((kinetic + phase.value - target.value_and_grad(x)[0]).abs().mean()))
+    assert errors[0] / errors[1] > 2 ** order * 0.8, errors
+    assert GRADIENTS_PER_STEP == {"leapfrog": 1, "mclachlan": 2}
+
+
+def test_trajectory_steps_average_the_mean_and_stay_in_bounds():
+    uniforms = (np.arange(10_000) + 0.5) / 10_000
+    steps = [trajectory_steps(7.3, u, 1024) for u in uniforms]
+    assert abs(np.mean(steps) - 7.8) < 0.01  # mean n + 1/2
+    assert min(steps) == 1 and trajectory_steps(7.3, 0.999, 5) == 5
+
+
+# ------------------------------------------------------------ MAMS is exact
+def test_mams_correlated_gaussian():
+    kernel, draws = run_kernel(MAMS, gaussian_target(MEAN, COV), 8, 1000, 500, seed=1)
+    assert_gaussian(draws.samples["x"], MEAN, COV)
+    stats = draws.sample_stats
+    assert stats["diverging"].sum() == 0
+    assert 0.7 < stats["acceptance_rate"].mean() < 0.99  # dual averaging toward 0.9
+    assert np.all(stats["step_size"] == stats["step_size"][:, :1])  # frozen after warm-up
+
+
+def laplace_grid_problem(n=8, scale=0.3, noise=1.0, seed=2):
+    """``y = w x + b + N(0, noise^2)``, ``w ~ Laplace(0, scale)``, ``b ~ N(0, 1)``: the posterior's
+    means and sds of (w, b) by quadrature on a fine grid."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    y = 0.4 * x + 0.3 + noise * rng.normal(size=n)
+    w, b = np.meshgrid(np.linspace(-3, 3, 1201), np.linspace(-3, 3, 1201), indexing="ij")
+    resid = y[None, None, :] - w[..., None] * x - b[..., None]
+    log_post = -0.5 * (resid ** 2).sum(-1) / noise ** 2 - np.abs(w) / scale - 0.5 * b ** 2
+    weight = np.exp(log_post - log_post.max())
+    weight /= weight.sum()
+    mean = np.array([(weight * w).sum(), (weight * b).sum()])
+    sd = np.sqrt(np.array([(weight * w ** 2).sum(), (weight * b ** 2).sum()]) - mean ** 2)
+    spec = BNNSpec(layers=[Dense(1)], input_dim=1, prior=Gaussian(1.0), priors={"layers.0.weight": Laplace(scale)},
+                   likelihood=GaussianLikelihood(noise))
+    dtype = torch.get_default_dtype()
+    return spec, torch.tensor(x[:, None], dtype=dtype), torch.tensor(y, dtype=dtype), mean, sd
+
+
+def test_mams_laplace_prior_posterior_on_a_grid():
+    spec, x, y, mean, sd = laplace_grid_problem()
+    r = run(spec, (x, y), engine="mams", num_samples=1000, warmup_steps=500, num_chains=8, seed=3, progress=False)
+    assert_moments(regression_draws(r.samples), mean, sd, min_ess=400)
+
+
+def logistic_problem(n=60, p=3, seed=4):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, p))
+    logits = x @ np.array([1.5, -1.0, 0.5]) - 0.3
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-logits))).astype(float)
+    spec = BNNSpec(layers=[Dense(1)], input_dim=p, prior=Gaussian(1.0), likelihood=Bernoulli())
+    dtype = torch.get_default_dtype()
+    return spec, torch.tensor(x, dtype=dtype), torch.tensor(y, dtype=dtype)
+
+
+def test_mams_logistic_regression_agrees_with_a_long_nuts_run():
+    spec, x, y = logistic_problem()
+    nuts = run(spec, (x, y), engine="batched_nuts", num_samples=1000, warmup_steps=500, num_chains=16, seed=5,
+               progress=False)
+    mams = run(spec, (x, y), engine="mams", num_samples=1000, warmup_steps=500, num_chains=8, seed=6,
+               progress=False)
+    assert_moments_agree(regression_draws(mams.samples), regression_draws(nuts.samples), min_ess=400)
+
+
+# ------------------------------------------------------------ MCLMC's bias
+def whitened_second_moment(draws: np.ndarray) -> tuple[float, float]:
+    """``E|z|^2 / d`` (1 without bias) of the whitened draws and its Monte Carlo standard error."""
+    z = np.linalg.solve(np.linalg.cholesky(COV), (draws - MEAN)[..., None])[..., 0]
+    square = (z ** 2).sum(-1)
+    return float(square.mean()) / D, float(az.mcse(square)) / D
+
+
+def test_mclmc_bias_shrinks_with_its_energy_variance_target():
+    results = {}
+    for target in (0.5, 5e-4, 5e-6):
+        kernel, draws = run_kernel(MCLMC, gaussian_target(MEAN, COV), 16, 1500, 500, seed=1,
+                                   desired_energy_var=target)
+        assert az.ess(((draws.samples["x"] - MEAN) ** 2).sum(-1)) > 1000
+        results[target] = (whitened_second_moment(draws.samples["x"]), kernel.params.step_size)
+    (coarse, coarse_se), coarse_step = results[0.5]
+    (middle, middle_se), middle_step = results[5e-4]
+    (fine, fine_se), fine_step = results[5e-6]
+    assert coarse_step > middle_step > fine_step
+    assert abs(1 - coarse) - abs(1 - middle) > 5 * math.hypot(coarse_se, middle_se)
+    assert abs(1 - fine) < 5 * fine_se  # no bias left that the draws can see
+
+
+# ------------------------------------------------------------ faults and bad input
+class HalfNaN(FlatPotential):
+    """A standard normal in two dimensions, NaN where x_0 > 1."""
+
+    names, shapes, transforms = ["x"], {"x": (2,)}, {"x": identity_transform}
+
+    def __init__(self):
+        self._layout()
+
+    def __call__(self, theta):
+        u = 0.5 * (theta ** 2).sum(-1)
+        return torch.where(theta[..., 0] > 1.0, torch.full_like(u, math.nan), u)
+
+
+@pytest.mark.parametrize("kernel_cls", [MCLMC, MAMS], ids=["mclmc", "mams"])
+def test_a_nan_potential_is_a_counted_divergence_and_the_chain_stays_finite(kernel_cls):
+    kernel, draws = run_kernel(kernel_cls, HalfNaN(), 8, 200, 100, seed=2)
+    x = draws.samples["x"]
+    assert np.isfinite(x).all() and (x[..., 0] <= 1.0).all()
+    assert draws.sample_stats["diverging"].sum() > 0
+    diverging = draws.sample_stats["diverging"]
+    assert len(kernel.diagnostics()["divergences"]) == diverging.sum()
+    if kernel_cls is MAMS:  # a rejection
+        assert np.all(draws.sample_stats["acceptance_rate"][diverging] == 0)
+
+
+@pytest.mark.parametrize("engine, options, field", [
+    ("mclmc", {"integrator": "verlet"}, "integrator"),
+    ("mams", {"integrator": "yoshida"}, "integrator"),
+    ("mclmc", {"L": 0.0}, "L"),
+    ("mams", {"L": -1.0}, "L"),
+    ("mclmc", {"desired_energy_var": 0.0}, "desired_energy_var"),
+    ("mclmc", {"desired_energy_var": -1e-3}, "desired_energy_var"),
+    ("mams", {"target_accept": 1.5}, "target_accept"),
+    ("mams", {"max_steps": 0}, "max_steps"),
+])
+def test_bad_options_are_refused_naming_the_field(engine, options, field):
+    with pytest.raises(ValueError, match=rf"engine '{engine}'.*{field}") as err:
+        check_run(engine, **options)
+    assert "\n" not in str(err.value)
+
+
+def test_one_parameter_is_refused_by_name():
+    spec = BNNSpec(layers=[Dense(1, bias=False)], input_dim=1, prior=Gaussian(1.0), likelihood=GaussianLikelihood(0.5))
+    x, y = torch.randn(5, 1), torch.randn(5)
+    with pytest.raises(ValueError, match="MCLMC: the model has 1 unconstrained parameter.*at least 2"):
+        run(spec, (x, y), engine="mclmc", num_samples=2, warmup_steps=2, progress=False)
+
+
+# ------------------------------------------------------------ the zoo's networks
+@pytest.mark.parametrize("engine", ["mclmc", "mams"])
+def test_both_run_on_the_cosine_mlp(engine):
+    r = run("cosine_mlp", "cosine", engine=engine, num_samples=60, warmup_steps=100, num_chains=4, seed=0,
+            progress=False)
+    lp = r.sample_stats["lp"]
+    assert lp.shape == (4, 60) and np.isfinite(lp).all()
+    assert r.sample_stats["diverging"][:, -30:].mean() < 0.1
+
+
+@pytest.mark.parametrize("engine, options", [("mclmc", {}), ("mams", {"max_steps": 4})])
+def test_both_run_on_the_digits_mlp(engine, options):
+    data = load("digits", seed=0)
+    r = run(zoo.digits_mlp(), data, engine=engine, num_samples=4, warmup_steps=8, num_chains=2, seed=0,
+            progress=False, **options)
+    assert r.samples["layers.0.weight"].shape[:2] == (2, 4)
+    assert np.isfinite(r.sample_stats["lp"]).all()
