@@ -14,7 +14,7 @@ import textwrap
 import warnings
 from pathlib import Path
 
-from . import validation
+from . import __version__, validation
 
 DEMO_TITLE = "bnnzoo demo: one network, five engines"
 DEMO_DESCRIPTION = """\
@@ -438,6 +438,7 @@ def _threads(text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bnnzoo", description="Bayesian neural networks: models, engines, diagnostics.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("--threads", type=_threads, default="auto",
                         help="torch CPU threads: a number, or 'auto' (default: one for a small network, "
