@@ -124,13 +124,18 @@ def algorithm_pages() -> dict[str, tuple[str, str]]:
         if page == "index":
             text += preamble.strip() + "\n\nOne page per sampler family: " + ", ".join(
                 f"[{titles[p]}]({p}.md)" for p in bodies if p != "index") + ".\n\n"
-        text += "".join(parts)
+        text += _down("".join(parts))
         modules = FAMILIES.get(page, ("", [], []))[2]
         if modules:
             text += "\n## API reference\n\n" + "".join(
                 f"::: {m}\n    options:\n      heading_level: 3\n\n" for m in modules)
         pages[page] = (titles[page], text)
     return pages
+
+
+def _down(markdown: str) -> str:
+    """Relative links of docs/algorithms.md, made from one folder down (``algorithms/``)."""
+    return re.sub(r"\]\((?!https?:|#|/|mailto:)([^)\s]+)\)", r"](../\1)", markdown)
 
 
 def anchor_pages() -> dict[str, str]:
@@ -329,6 +334,14 @@ def on_page_markdown(markdown, page, config, files):
     if "<!-- bnnzoo:results-rest -->" in markdown:
         markdown = markdown.replace("<!-- bnnzoo:results-rest -->", results_rest(_SHOWN))
     return markdown
+
+
+_ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|obj|exc|const|ref|term):<code>~?([^<]*)</code>")
+
+
+def on_page_content(html, page, config, files):
+    """Sphinx roles left in docstrings (``:class:`~a.B```) shown as plain code (``B``)."""
+    return _ROLE.sub(lambda m: f"<code>{m.group(1).rsplit('.', 1)[-1] if m.group(0)[m.group(0).index('>') + 1] == '~' else m.group(1)}</code>", html)
 
 
 def cli_help() -> str:
