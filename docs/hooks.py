@@ -255,18 +255,18 @@ def results_rest(shown: set[str]) -> str:
 # ---------------------------------------------------------------- examples
 
 def _docstring(source: str) -> str:
-    m = re.search(r'^(?:#!.*\n)?(?:r?"""(.*?)""")', source, re.S)
-    text = m.group(1) if m else ""
+    import ast
+
+    text = ast.get_docstring(ast.parse(source)) or ""
     text = re.sub(r":\w+:`~?(?:[\w.]+\.)?([^`]+)`", r"`\1`", text)  # Sphinx roles -> code
     text = text.replace("``", "`")
     return re.sub(r"::\n", ":\n", text).strip()
 
 
-def example_page(path: Path) -> str:
+def example_page(path: Path) -> tuple[str, list[Path]]:
     source = path.read_text()
-    lines = _docstring(source).splitlines() or [path.stem]
-    title = lines[0].rstrip(".")
-    body = "\n".join(lines[1:]).strip()
+    lead, _, body = (_docstring(source) or path.stem).partition("\n\n")
+    title = " ".join(lead.split()).rstrip(".")
     out = [f"# {path.stem}\n", f"**{title}.**\n", body, "",
            "## Run it\n", f"```bash\n.venv/bin/python examples/{path.name}            # small, the default\n"
            f".venv/bin/python examples/{path.name} --smoke    # seconds: what the test suite runs\n"
