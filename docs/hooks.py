@@ -98,6 +98,17 @@ def _sections() -> tuple[str, list[tuple[str, str]]]:
     return preamble, [(parts[i][3:].strip(), parts[i] + parts[i + 1]) for i in range(1, len(parts), 2)]
 
 
+def _references(text: str, references: str) -> str:
+    """The entries of the References section whose first author and year the page cites."""
+    cited = []
+    for entry in re.findall(r"^\* .*$", references, re.M):
+        m = re.match(r"\* ([^,(]+?)[,( ].*?\((\d{4})\)", entry)
+        if m and m.group(1).split()[-1] in text and m.group(2) in text:
+            cited.append(entry)
+    every = "Every reference of the algorithms: [overview](index.md#references).\n"
+    return "\n## References\n\n" + "".join(f"{c}\n" for c in cited) + ("\n" if cited else "") + every
+
+
 def _family(heading: str) -> str:
     title = re.sub(r"^\d+\.\s*", "", heading).lower()
     for page, (_, words, _) in FAMILIES.items():
@@ -118,6 +129,7 @@ def algorithm_pages() -> dict[str, tuple[str, str]]:
         bodies.setdefault(page, []).append(body)
         titles.setdefault(page, FAMILIES[page][0] if page in FAMILIES else re.sub(r"^\d+\.\s*", "", heading))
     titles["index"] = FAMILIES["index"][0]
+    references = next((body for heading, body in sections if heading.lower() == "references"), "")
     pages = {}
     for page, parts in bodies.items():
         text = f"# {titles[page]}\n\n"
@@ -125,6 +137,8 @@ def algorithm_pages() -> dict[str, tuple[str, str]]:
             text += preamble.strip() + "\n\nOne page per sampler family: " + ", ".join(
                 f"[{titles[p]}]({p}.md)" for p in bodies if p != "index") + ".\n\n"
         text += _down("".join(parts))
+        if page != "index":
+            text += _references(text, references)
         modules = FAMILIES.get(page, ("", [], []))[2]
         if modules:
             text += "\n## API reference\n\n" + "".join(

@@ -359,10 +359,7 @@ def test_sweep_errors_are_one_line_before_any_cell_runs(tmp_path, capsys, conten
 
 
 def test_version(capsys):
-    import pytest
-
     import bnnzoo
-    from bnnzoo.cli import main
 
     with pytest.raises(SystemExit) as done:
         main(["--version"])
