@@ -329,7 +329,29 @@ def on_files(files, config):
         for figure in figures:
             files.append(File.generated(config, f"examples/figures/{path.stem}/{figure.name}", abs_src_path=str(figure)))
     add("changelog.md", (ROOT / "CHANGELOG.md").read_text())
+    add("javascripts/mathjax-config.js", MATHJAX_CONFIG)
+    files.append(File.generated(config, "javascripts/mathjax/tex-svg.js", abs_src_path=str(mathjax_script())))
     return files
+
+
+#: MathJax reads the ``\\( \\)`` and ``\\[ \\]`` that pymdownx.arithmatex (generic) leaves in the pages
+MATHJAX_CONFIG = """window.MathJax = {
+  tex: {inlineMath: [["\\\\(", "\\\\)"]], displayMath: [["\\\\[", "\\\\]"]], processEscapes: true, processEnvironments: true},
+  options: {ignoreHtmlClass: ".*|", processHtmlClass: "arithmatex"}
+};
+"""
+
+
+def mathjax_script() -> Path:
+    """MathJax 3's TeX-to-SVG component (one file, fonts included), from the ``docs`` extra's
+    copy of MathJax, so the site typesets its mathematics offline."""
+    from importlib.util import find_spec
+
+    spec = find_spec("mathjax")
+    script = Path(spec.origin).parent / "static" / "mathjax" / "es5" / "tex-svg.js" if spec and spec.origin else None
+    if script is None or not script.exists():
+        raise FileNotFoundError("docs: MathJax not found; install the docs extra (pip install -e \".[docs]\")")
+    return script
 
 
 _SHOWN: set[str] = set()
