@@ -9,6 +9,8 @@
 * ``examples/*.md``: one page per script of ``examples/``: its docstring, how to run it, its
   source and, where the script's output folder has them, its figures.
 * ``changelog.md``: ``CHANGELOG.md``.
+* ``javascripts/``: MathJax 3 from the ``docs`` extra and its configuration, so that the
+  mathematics is typeset without a network.
 * Markers in hand-written pages, replaced at build time:
   ``<!-- bnnzoo:engines -->`` (the table of ``bnnzoo.inference.ENGINES``),
   ``<!-- bnnzoo:engine-options -->`` (every engine's options, default and meaning, read from
@@ -301,6 +303,7 @@ def example_page(path: Path) -> tuple[str, list[Path]]:
 # ---------------------------------------------------------------- hooks
 
 def on_config(config):
+    _SHOWN.clear()
     pages = algorithm_pages()
     _ANCHORS.clear()
     _ANCHORS.update(anchor_pages())
