@@ -14,7 +14,7 @@ import textwrap
 import warnings
 from pathlib import Path
 
-from . import validation
+from . import __version__, validation
 
 DEMO_TITLE = "bnnzoo demo: one network, five engines"
 DEMO_DESCRIPTION = """\
@@ -36,8 +36,8 @@ defaults; NUTS: 16 chains x (400 + 100), tree depth at most 9, target acceptance
 15 leapfrog steps): 2 chains x (200 + 200); RWMH: 2 chains x (2000 + 2000); SVI: 2 fits
 of at most 3000 steps, 200 draws each. ChEES and NUTS run eagerly (`compile=False`): their
 default, `compile="auto"`, decides from timings and from the compile times this machine has
-recorded, so the table would change between the first and a later run (see the README's
-Speed section)."""
+recorded, so the table would change between the first and a later run (see
+``docs/guide/speed.md``)."""
 
 
 def demo_plan(quick: bool = False) -> dict:
@@ -438,6 +438,7 @@ def _threads(text: str):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bnnzoo", description="Bayesian neural networks: models, engines, diagnostics.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("--threads", type=_threads, default="auto",
                         help="torch CPU threads: a number, or 'auto' (default: one for a small network, "

@@ -356,3 +356,11 @@ def test_sweep_errors_are_one_line_before_any_cell_runs(tmp_path, capsys, conten
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bnnzoo: error: ") and message in err[0], err
     assert not list(tmp_path.glob("out/*.nc"))
+
+
+def test_version(capsys):
+    import bnnzoo
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"bnnzoo {bnnzoo.__version__}"

@@ -1,75 +1,44 @@
-"""README.md's code, run as written: its Python blocks top to bottom as one session (as the
-README says), with ``BNNZOO_QUICK=1`` (every draw and iteration count divided by ten), and
-its TOML run and sweep files read and checked as ``bnnzoo run`` / ``bnnzoo sweep`` would
-before running anything."""
+"""README.md: a newcomer's five minutes. Its Python block runs as written with ``BNNZOO_QUICK=1``
+(every draw and iteration count divided by ten), its TOML run file is checked as ``bnnzoo run``
+would before running anything, its engine table lists the registry's engines, and it stays short."""
 
 import re
-from pathlib import Path
 
-import numpy as np
+from bnnzoo.inference import ENGINES
 
-from bnnzoo.cli import read_run_file, read_sweep_file
-from bnnzoo.data import load
-from bnnzoo.inference import check_run
-from bnnzoo.models import BNN
+from tests.support.markdown import ROOT, blocks, check_run_file, run_session
 
-ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
 
-def blocks(language: str) -> list[tuple[int, str]]:
-    """``(line, code)`` of every fenced block of ``language`` in README.md, in order."""
-    text = README.read_text()
-    return [(text.count("\n", 0, m.start()) + 2, m.group(1))
-            for m in re.finditer(rf"^```{language}\n(.*?)^```", text, re.S | re.M)]
+def test_the_readme_is_read_in_five_minutes():
+    lines = README.read_text().count("\n")
+    assert lines <= 200, f"README.md has {lines} lines; the guide belongs in docs/"
 
 
 def test_the_readme_documents_its_quick_switch():
-    text = README.read_text()
-    assert "BNNZOO_QUICK=1" in text
-    first = blocks("python")[0][1]
+    first = blocks(README, "python")[0][1]
     assert 'S = 10 if os.environ.get("BNNZOO_QUICK") == "1" else 1' in first
+    assert "BNNZOO_QUICK=1" in README.read_text()
 
 
 def test_python_blocks_run_top_to_bottom_as_one_session(monkeypatch, tmp_path):
     monkeypatch.setenv("BNNZOO_QUICK", "1")
     monkeypatch.chdir(tmp_path)  # anything a block writes lands here
-    session = {"__name__": "__readme__"}
-    for line, source in blocks("python"):
-        exec(compile(source, f"{README}:{line}", "exec"), session)
+    session = run_session(README)
     assert session["S"] == 10
-    # what the blocks promise in their comments
-    table = session["table"]
-    assert list(table["engine"]) == ["chees", "rwmh", "svi"]
-    assert np.isfinite(table["rmse"]).all()
-    assert session["obs"].shape == (8 * 30, 100)
     assert {"posterior", "sample_stats", "log_likelihood"} <= set(session["idata"].groups())
-    assert 0.0 <= session["curve"].optimal_acceptance <= 1.0
-    assert session["r"].pruning_mask["layers.0.weight"].shape == (1, 5, 1000)
-    assert session["kept"].numel() <= 1000
-    grid = session["grid_table"]
-    assert list(grid["kind"]) == ["fixed_hmc"] * 4 + ["rwmh"] * 2 and grid["acceptance"].between(0, 1).all()
-    assert len(list((tmp_path / "out" / "sweep_python").glob("*.nc"))) == 6
 
 
 def test_toml_blocks_are_valid_run_files(tmp_path):
-    files = [(line, source) for line, source in blocks("toml") if "[sweep]" not in source]
+    files = blocks(README, "toml")
     assert files
-    for i, (line, source) in enumerate(files):
-        path = tmp_path / f"block{i}.toml"
-        path.write_text(source)
-        plan = read_run_file(path)
-        common = {k: plan[k] for k in ("num_samples", "warmup_steps", "num_chains", "seed") if k in plan}
-        for engine in plan["engines"]:  # the checks `bnnzoo run` makes before any engine starts
-            options = dict(engine)
-            check_run(options.pop("kind"), **{**common, **options})
-        BNN(plan["spec"])
-        assert load(plan["data"]["name"]).n_train > 0, f"README.md:{line}"
+    for line, source in files:
+        check_run_file(README, source, line, tmp_path)
 
 
-def test_the_sweep_file_is_the_example_grid_and_valid():
-    (line, source), = [(line, source) for line, source in blocks("toml") if "[sweep]" in source]
-    example = ROOT / "examples" / "sweep_small.toml"
-    assert source == example.read_text(), f"README.md:{line} differs from {example}"
-    plan = read_sweep_file(example)  # every cell checked, as `bnnzoo sweep` does before running any
-    assert len(plan["cells"]) == 12 and BNN(plan["spec"]).num_params > 0
+def test_the_engine_table_lists_every_engine():
+    text = README.read_text()
+    table = text[text.index("| name | what |"):].split("\n\n")[0]
+    named = {name for row in table.splitlines()[2:] for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+    assert named == set(ENGINES), f"README.md's engine table: missing {set(ENGINES) - named}, extra {named - set(ENGINES)}"

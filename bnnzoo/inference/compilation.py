@@ -64,28 +64,26 @@ __all__ = ["ASSUMED_SPEEDUP", "ASSUMED_SPEEDUP_SMALL", "AutoCompile", "CHOICES",
 #: the values of ``compile``
 CHOICES = (True, False, "auto")
 #: eager / compiled seconds per leapfrog step assumed where none was measured on this machine,
-#: for a network above :data:`DISPATCH_BOUND_WORK`: the digits MLP's gradient (209 million
-#: multiply-adds at 8 chains) ran 2.3x faster compiled (``benchmarks/results/gradient.md``)
+#: for a network above :data:`DISPATCH_BOUND_WORK`: a little below the compiled speed-up of the
+#: digits MLP's gradient (``benchmarks/results/gradient.md``)
 ASSUMED_SPEEDUP = 2.0
 #: ... and at or below it, where the eager step is bound by dispatch, for a kernel whose
-#: fixed-length trajectories run the four-step graph: whole ChEES runs of the cosine MLP
-#: (121k-483k multiply-adds at 8-32 chains) measured 3.2-5.7x
+#: fixed-length trajectories run the four-step graph (below what whole ChEES runs of the cosine
+#: MLP measured at 8-32 chains: docs/performance.md)
 ASSUMED_SPEEDUP_SMALL = 4.0
 #: multiply-adds of one batched forward pass (:func:`~bnnzoo.inference.threads.work_per_gradient`)
 DISPATCH_BOUND_WORK = 1_000_000
 #: the range a recorded speed-up is trusted in (a noisy measurement must not make a run
 #: compile for a saving it cannot have, or never compile again)
 SPEEDUP_RANGE = (1.0, 10.0)
-#: seconds a first compile is expected to take with no record on this machine: with an empty
-#: inductor cache, the cosine MLP's graphs took 9.8 s under ChEES (its four-step graph alone) and
-#: 12.5 s under batched NUTS (the gradient and one step) on 2026-11-26, 8 chains, one thread
-#: (16.7-19.3 s on 2026-11-24, when ChEES compiled three graphs)
+#: seconds a first compile is expected to take with no record on this machine: a little above the
+#: cold compiles (empty inductor cache) of the cosine MLP's graphs under ChEES and batched NUTS
+#: (docs/performance.md, "The potential and compilation")
 COLD_SECONDS = 13.0
 #: ... and where this process or the record has compiled another network: inductor's one-time
 #: set-up (most of a cold compile; it stays in the inductor cache folder, where a second process
-#: paid about 1 s for it) is done, and a new network pays only its graphs: on 2026-11-26 ChEES's
-#: graph took 2.8 s for the cosine MLP at another chain count and 5.1-6.0 s for the digits MLP,
-#: batched NUTS's 5.5 s and 8.6-8.8 s (8 and 16 chains, one thread)
+#: pays little for it) is done, and a new network pays only its graphs (about the compiles of
+#: the cosine and digits MLPs measured after the set-up, docs/performance.md)
 WARM_SECONDS = 8.0
 #: iterations measured before deciding
 PROBE = 10

@@ -1,9 +1,8 @@
 r"""The leapfrog loop on a GPU as one captured CUDA graph, replayed once per step.
 
 A small network's leapfrog step on a GPU is bound by kernel launches, not by arithmetic:
-on an H100 one value-and-gradient of the cosine MLP took about 340 us compiled and
-760 us eager, whether for 1 chain or 128 (``benchmarks/results/gradient_cuda.md``), while
-the GPU itself was busy for a small part of it. :class:`GraphedLeapfrog` captures one step
+one value-and-gradient of the cosine MLP takes about as long for 1 chain as for 128
+(``benchmarks/results/gradient_cuda.md``), while the GPU itself is busy for a small part of it. :class:`GraphedLeapfrog` captures one step
 (the update, the gradient and the energy tracking) as a CUDA graph once per shape and
 replays it: one launch per step instead of one per operation.
 

@@ -37,13 +37,11 @@ import torch
 __all__ = ["LOAD_TTL", "LOAD_WINDOW", "SMALL_WORK", "busy_cores", "check_threads", "choose_threads", "using_threads",
            "work_per_gradient"]
 
-#: multiply-adds per batched gradient below which one thread is used. On an idle 2-core
-#: machine a second thread neither paid nor cost for the gradient alone at 3-50 thousand, and
-#: a whole eager batched-NUTS run of the demo (16 chains of a 1-10-1 MLP, 50 thousand) took
-#: 100 s on two threads against 78 s on one; it paid 10-70% from 120 thousand (the cosine MLP
-#: with 8 and 32 chains, eager and compiled; ``benchmarks/bench_threads.py``, 2026-11-24). Since
-#: the compiled graphs are feature-major (2026-11-26) the cosine MLP's 8 chains run about even
-#: on one and two threads, and 32 chains still pay 31-37%
+#: multiply-adds per batched gradient below which one thread is used: below it (the demo's 16
+#: chains of a 1-10-1 MLP, 50 thousand) a second thread did not pay on an idle 2-core machine,
+#: for the gradient alone or a whole batched-NUTS run; above it (the cosine MLP with 32 chains)
+#: it did, and at 8 chains of the cosine MLP (120 thousand) the two run about even
+#: (``benchmarks/bench_threads.py``; docs/performance.md, "Threads")
 SMALL_WORK = 100_000
 #: seconds over which :func:`busy_cores` measures the other processes' CPU use
 LOAD_WINDOW = 0.1
