@@ -57,6 +57,9 @@ FAMILIES = {
                      ["bnnzoo.inference.kernels.group_sparse", "bnnzoo.inference.group_em"]),
     "vi": ("Mean-field variational inference", ["variational inference"], ["bnnzoo.inference.vi"]),
     "defaults": ("Data-scaled defaults", ["data-scaled defaults"], []),
+    "microcanonical": ("MCLMC and MAMS: microcanonical samplers", ["microcanonical samplers"],
+                       ["bnnzoo.inference.kernels.transition", "bnnzoo.inference.kernels.mclmc",
+                        "bnnzoo.inference.kernels.mams", "bnnzoo.inference.isokinetic"]),
 }
 
 #: API page -> (title, modules)
