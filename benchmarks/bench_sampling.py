@@ -1,6 +1,7 @@
 """ESS per second on the cosine MLP (or the digits MLP, ``--model digits``): NumPyro NUTS (when
 installed), bnnzoo's many-chain ChEES-HMC with no flags (``compile="auto"``,
-``threads="auto"``) for 8, 16 and 32 chains, bnnzoo's batched NUTS with its defaults (8
+``threads="auto"``) for 8, 16 and 32 chains, bnnzoo's microcanonical samplers ``mams`` and
+``mclmc`` with their defaults (8 chains; ``--micro-chains``), bnnzoo's batched NUTS with its defaults (8
 chains), BlackJAX's ChEES-HMC with as many chains (when installed; the same algorithm in
 JAX), and optionally Pyro NUTS (stock and on bnnzoo's fast potential) and ChEES forced eager
 or compiled, or with its late mass windows (``--modes``).
@@ -35,7 +36,7 @@ bnnzoo's record of compile times and speed-ups (``compile="auto"``'s estimates,
 earlier processes on this machine left there.
 
 Usage: ``python benchmarks/bench_sampling.py [--model cosine] [--draws 1000] [--warmup 500]
-[--chees-chains 8 16 32] [--nuts-chains 8] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1]
+[--chees-chains 8 16 32] [--micro-chains 8] [--nuts-chains 8] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1]
 [--modes default eager compiled late]
 [--skip-blackjax]
 [--skip-stock] [--skip-fast-nuts] [--device cuda] [--name sampling] [--retable]``; writes
@@ -65,6 +66,7 @@ from bnnzoo.data import load  # noqa: E402
 from bnnzoo.diagnostics.nested_rhat import nested_rhat  # noqa: E402
 from bnnzoo.diagnostics.predictive import function_draws  # noqa: E402
 from bnnzoo.inference import run  # noqa: E402
+from bnnzoo.inference.isokinetic import GRADIENTS_PER_STEP  # noqa: E402
 from bnnzoo.models import zoo  # noqa: E402
 
 X_STAR = torch.linspace(0.0, 4.0, 20).reshape(-1, 1)
@@ -111,6 +113,8 @@ MAX_RHAT, MIN_ESS = 1.1, 100.0
 
 
 #: the bnnzoo ChEES rows of ``--modes``: each one option away from the defaults
+#: engines whose ``n_steps`` counts isokinetic integrator steps (GRADIENTS_PER_STEP gradients each)
+MICROCANONICAL = ("mclmc", "mams")
 MODES = {"default": {}, "eager": {"compile": False}, "compiled": {"compile": True}, "late": {"mass_schedule": "late"}}
 
 
@@ -145,10 +149,13 @@ def bnnzoo_engine(label, bench, engine, num_chains, draws, warmup, seed, device=
     wall = time.perf_counter() - start
     f = function_draws(r, bench.x_star, bench.y_star)
     stats = r.sample_stats
-    extra = {"mean_accept": float(np.mean(stats["acceptance_rate"])),
-             "grads_per_draw": float(np.mean(stats["n_steps"])) if "n_steps" in stats else None,
+    # integrator steps -> gradients: the microcanonical integrators take GRADIENTS_PER_STEP each
+    per_step = GRADIENTS_PER_STEP[options.get("integrator", "mclachlan")] if engine in MICROCANONICAL else 1
+    extra = {"mean_accept": float(np.mean(stats["acceptance_rate"])) if "acceptance_rate" in stats else None,
+             "grads_per_draw": per_step * float(np.mean(stats["n_steps"])) if "n_steps" in stats else None,
              "compile_s": r.compile_seconds}
-    grads = float(np.sum(r.warmup_sample_stats["n_steps"]) + np.sum(stats["n_steps"])) if "n_steps" in stats else None
+    grads = (per_step * float(np.sum(r.warmup_sample_stats["n_steps"]) + np.sum(stats["n_steps"]))
+             if "n_steps" in stats else None)
     return score(label, wall, stats["lp"], f, extra, grads)
 
 
@@ -251,6 +258,12 @@ def main(argv=None):
     parser.add_argument("--nuts-chains", type=int, nargs="*", default=[8],
                         help="a bnnzoo batched-NUTS row (engine batched_nuts, its defaults) for each number of "
                              "chains, with --warmup warm-up steps")
+    parser.add_argument("--micro-chains", type=int, nargs="*", default=[8],
+                        help="chains of bnnzoo's microcanonical samplers, mams and mclmc (none: skip them)")
+    parser.add_argument("--micro-warmup", type=int, default=1000,
+                        help="warm-up draws per chain of mams and mclmc (an mclmc draw is one integrator step)")
+    parser.add_argument("--mclmc-draws", type=int, default=20000,
+                        help="post-warm-up draws of mclmc, all chains (one integrator step each)")
     parser.add_argument("--skip-stock", action="store_true", help="skip stock Pyro NUTS (slow)")
     parser.add_argument("--skip-fast-nuts", action="store_true", help="skip Pyro NUTS on the fast potential")
     parser.add_argument("--stock-draws", type=int, default=None,
@@ -291,6 +304,12 @@ def main(argv=None):
             label = f"bnnzoo chees, {chains} chains" + ("" if mode == "default" else f", {mode}")
             plan.append(lambda seed, chains=chains, label=label, options=options: bnnzoo_engine(
                 label, bench, "chees", chains, args.draws, args.chees_warmup, seed, args.device, **options))
+    for chains in args.micro_chains:
+        plan.append(lambda seed, chains=chains: bnnzoo_engine(
+            f"bnnzoo mams, {chains} chains", bench, "mams", chains, args.draws, args.micro_warmup, seed, args.device))
+        plan.append(lambda seed, chains=chains: bnnzoo_engine(
+            f"bnnzoo mclmc, {chains} chains", bench, "mclmc", chains, args.mclmc_draws, args.micro_warmup, seed,
+            args.device))
     for chains in args.nuts_chains:
         plan.append(lambda seed, chains=chains: bnnzoo_engine(
             f"bnnzoo batched NUTS, {chains} chains", bench, "batched_nuts", chains, args.draws, args.warmup, seed,
