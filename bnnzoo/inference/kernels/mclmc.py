@@ -27,7 +27,7 @@ import torch
 
 from ..adaptation import ChainVariance, EnergyVarianceStepSize, decoherence_length, within_chain_variance
 from ..isokinetic import INTEGRATORS, GRADIENTS_PER_STEP, Phase, integrate, partial_refresh, unit_normal
-from ..options import choice, flag, option, optional, positive
+from ..options import choice, flag, integer, option, optional, positive
 from ..potential import placement
 from .base import BaseOptions
 from .transition import TransitionKernel
@@ -59,8 +59,9 @@ class MCLMCParams(NamedTuple):
 
 
 class MCLMCInfo(NamedTuple):
-    """One draw's statistics: ``diverging`` (a step that was not finite: the chain stays), the
-    ``energy_error`` of the step (inf where not finite), ``step_size`` and ``n_steps`` (integrator steps)."""
+    """One draw's statistics: ``diverging`` (a step that was not finite: the chain stayed), the
+    ``energy_error`` (root mean square over the draw's steps; inf where one was not finite),
+    ``step_size`` and ``n_steps`` (integrator steps)."""
 
     diverging: Tensor
     energy_error: Tensor
@@ -69,10 +70,12 @@ class MCLMCInfo(NamedTuple):
 
 
 class MCLMCSampler:
-    """The MCLMC transition on a flat potential (module docstring): ``init`` and ``step``."""
+    """The MCLMC transition on a flat potential (module docstring): ``init`` and ``step``; one step
+    is ``steps`` integrator steps, each followed by the partial refresh (the draws kept are every
+    ``steps``-th point of the chain)."""
 
-    def __init__(self, value_and_grad, integrator: str = "mclachlan"):
-        self.value_and_grad, self.integrator = value_and_grad, integrator
+    def __init__(self, value_and_grad, integrator: str = "mclachlan", steps: int = 1):
+        self.value_and_grad, self.integrator, self.steps = value_and_grad, integrator, steps
 
     def init(self, position: Tensor, generator: torch.Generator | None = None) -> MCLMCState:
         value, grad = self.value_and_grad(position)
@@ -80,18 +83,25 @@ class MCLMCSampler:
 
     def step(self, state: MCLMCState, params: MCLMCParams,
              generator: torch.Generator | None = None) -> tuple[MCLMCState, MCLMCInfo]:
-        """One integrator step, then the partial refresh; a chain whose step is not finite keeps its
-        position (a counted divergence) and turns back: it refreshes its old velocity reversed."""
-        phase, kinetic = integrate(Phase(state.position, state.velocity, state.value, state.grad),
-                                   params.step_size, params.scale, self.value_and_grad, self.integrator)
-        error = kinetic + phase.value - state.value
-        finite = torch.isfinite(error) & torch.isfinite(phase.x).all(-1) & torch.isfinite(phase.grad).all(-1)
-        keep = finite.unsqueeze(-1)
-        velocity = partial_refresh(torch.where(keep, phase.u, -state.velocity), params.step_size, params.L, generator)
-        new = MCLMCState(torch.where(keep, phase.x, state.position), velocity,
-                         torch.where(finite, phase.value, state.value), torch.where(keep, phase.grad, state.grad))
-        info = MCLMCInfo(~finite, torch.where(finite, error, torch.full_like(error, math.inf)), params.step_size, 1)
-        return new, info
+        """``steps`` times: one integrator step, then the partial refresh; a chain whose step is not
+        finite keeps its position (a counted divergence) and turns back: it refreshes its old
+        velocity reversed. The energy error reported is the root mean square over the steps."""
+        square = torch.zeros_like(state.value)
+        diverging = torch.zeros_like(state.value, dtype=torch.bool)
+        for _ in range(self.steps):
+            phase, kinetic = integrate(Phase(state.position, state.velocity, state.value, state.grad),
+                                       params.step_size, params.scale, self.value_and_grad, self.integrator)
+            error = kinetic + phase.value - state.value
+            finite = torch.isfinite(error) & torch.isfinite(phase.x).all(-1) & torch.isfinite(phase.grad).all(-1)
+            keep = finite.unsqueeze(-1)
+            velocity = partial_refresh(torch.where(keep, phase.u, -state.velocity), params.step_size, params.L,
+                                       generator)
+            state = MCLMCState(torch.where(keep, phase.x, state.position), velocity,
+                               torch.where(finite, phase.value, state.value),
+                               torch.where(keep, phase.grad, state.grad))
+            square = square + torch.where(finite, error * error, torch.full_like(error, math.inf))
+            diverging = diverging | ~finite
+        return state, MCLMCInfo(diverging, (square / self.steps).sqrt(), params.step_size, self.steps)
 
 
 def warmup_phases(num_steps: int, *fractions: float) -> list[int]:
@@ -119,7 +129,8 @@ class MCLMCAdaptation:
        :math:`L = \sqrt{d}` (the preconditioned target has unit variances);
     3. (15%) the step size again, under the new preconditioner;
     4. (25%) the parameters fixed while up to 1024 coordinates are recorded; at the end
-       :math:`L = 0.4\,\epsilon\,\overline{\tau}` from their integrated autocorrelation times
+       :math:`L = 0.4\,k\epsilon\,\overline{\tau}` from their integrated autocorrelation times (k the
+       integrator steps per draw)
        (:func:`~bnnzoo.inference.adaptation.decoherence_length`).
 
     What is switched off by the options keeps its value. All state is plain numbers and tensors.
@@ -151,7 +162,7 @@ class MCLMCAdaptation:
         if self.adapt_L and t >= third:
             self.draws.append(state.position[:, self.columns] / params.scale[self.columns])
             if t == self.ends[-1] - 1 and len(self.draws) >= 8:
-                params = params._replace(L=decoherence_length(torch.stack(self.draws), params.step_size))
+                params = params._replace(L=decoherence_length(torch.stack(self.draws), info.n_steps * params.step_size))
                 self.draws = []
         return state, params
 
@@ -183,6 +194,8 @@ class MCLMCOptions(BaseOptions):
     adapt_step_size: bool = option(True, "tune the step size to desired_energy_var during warm-up", flag)
     adapt_L: bool = option(True, "tune L from the warm-up draws' effective sample size", flag)
     diagonal_preconditioning: bool = option(True, "scale each coordinate by its warm-up standard deviation", flag)
+    steps_per_draw: int = option(1, "integrator steps per draw (thinning: the draws kept are every k-th point; "
+                                 "warm-up counts draws too)", integer(1))
 
 
 class Microcanonical(TransitionKernel):
@@ -220,7 +233,7 @@ class MCLMC(Microcanonical):
     is a counted divergence and the chain stays where it was. Options: :class:`MCLMCOptions`.
 
     Per-draw statistics: ``diverging``, ``energy_error``, ``step_size``, ``n_steps`` (integrator
-    steps per draw: 1), ``L`` and ``lp``. The parameters after warm-up are in
+    steps per draw: ``steps_per_draw``), ``L`` and ``lp``. The parameters after warm-up are in
     ``kernel.params`` and in ``diagnostics()`` (``step_size``, ``L``, ``inverse_mass_matrix``).
 
     Examples
@@ -241,7 +254,7 @@ class MCLMC(Microcanonical):
         dim = self.potential.dim
         self.check_dimension(dim)
         opts = self.options
-        sampler = MCLMCSampler(self.potential.value_and_grad, opts.integrator)
+        sampler = MCLMCSampler(self.potential.value_and_grad, opts.integrator, opts.steps_per_draw)
         start = MCLMCParams(opts.step_size if opts.step_size is not None else math.sqrt(dim) / 4,
                             opts.L if opts.L is not None else math.sqrt(dim),
                             torch.ones(dim, **placement(self.potential)))

@@ -228,3 +228,11 @@ def test_both_run_on_the_digits_mlp(engine, options):
             progress=False, **options)
     assert r.samples["layers.0.weight"].shape[:2] == (2, 4)
     assert np.isfinite(r.sample_stats["lp"]).all()
+
+
+def test_mclmc_steps_per_draw_thins_the_chain():
+    one, thin = (run_kernel(MCLMC, gaussian_target(MEAN, COV), 4, 40, 0, seed=5, step_size=0.5, L=2.0,
+                            steps_per_draw=k)[1] for k in (1, 4))
+    # the same chain: every fourth point of one step per draw is a draw of four steps per draw
+    np.testing.assert_allclose(thin.samples["x"][:, :10], one.samples["x"][:, 3::4], rtol=1e-5, atol=1e-6)
+    assert np.all(thin.sample_stats["n_steps"] == 4)
