@@ -2,9 +2,10 @@
 installed), bnnzoo's many-chain ChEES-HMC with no flags (``compile="auto"``,
 ``threads="auto"``) for 8, 16 and 32 chains, bnnzoo's microcanonical samplers ``mams`` and
 ``mclmc`` with their defaults (8 chains; ``--micro-chains``), bnnzoo's batched NUTS with its defaults (8
-chains), BlackJAX's ChEES-HMC with as many chains (when installed; the same algorithm in
-JAX), and optionally Pyro NUTS (stock and on bnnzoo's fast potential) and ChEES forced eager
-or compiled, or with its late mass windows (``--modes``).
+chains), BlackJAX's ChEES-HMC with as many chains as bnnzoo's and its adjusted MCLMC (MAMS)
+with as many as bnnzoo's ``mams`` (when installed; the same algorithms in JAX), and
+optionally Pyro NUTS (stock and on bnnzoo's fast potential) and ChEES forced eager or
+compiled, or with its late mass windows (``--modes``).
 
 The model is the cosine MLP of paper 003 (1-50-1 tanh, N(0, 1) priors, noise 0.1, 100
 points), or with ``--model digits`` the compute-bound digits MLP (64-128-128-10 ReLU, N(0,1)
@@ -18,7 +19,8 @@ so their ratios are measured under the same conditions.
 
 Beside ESS/s, the machine-independent cost: ``kgrads``, the gradient evaluations of every
 chain's transitions, warm-up included, in thousands (each engine's own leapfrog-step count:
-bnnzoo's ``n_steps``, NumPyro's ``num_steps``, BlackJAX's ``num_integration_steps``), and
+bnnzoo's ``n_steps``, NumPyro's ``num_steps``, BlackJAX's ``num_integration_steps``; 2 a step
+for the isokinetic McLachlan integrator of ``mams``, ``mclmc`` and BlackJAX's MAMS), and
 ``ess_per_kgrad``, the same minimum ESS per thousand of them. Wall-clock noise does not move
 it, and it separates the sampler's efficiency from how fast each library evaluates a
 gradient (batching chains makes bnnzoo's and BlackJAX's cheaper per chain). Not counted, for
@@ -38,7 +40,7 @@ earlier processes on this machine left there.
 Usage: ``python benchmarks/bench_sampling.py [--model cosine] [--draws 1000] [--warmup 500]
 [--chees-chains 8 16 32] [--micro-chains 8] [--nuts-chains 8] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1]
 [--modes default eager compiled late]
-[--skip-blackjax]
+[--micro-warmup 1000] [--mclmc-draws 20000] [--skip-numpyro] [--skip-blackjax] [--skip-blackjax-mams]
 [--skip-stock] [--skip-fast-nuts] [--device cuda] [--name sampling] [--retable]``; writes
 ``benchmarks/results/NAME.{json,md}``.
 """
@@ -245,6 +247,78 @@ def blackjax_chees(bench, num_chains, draws, warmup, seed):
                  {"mean_accept": float(np.mean(accept)), "grads_per_draw": float(np.mean(steps))}, grads)
 
 
+def blackjax_mams(bench, num_chains, draws, warmup, seed):
+    """BlackJAX's adjusted MCLMC (MAMS: ``blackjax.adjusted_mclmc_dynamic``, isokinetic McLachlan
+    steps, a Metropolis-Hastings test per trajectory, a random number of steps per trajectory) with
+    its own tuning, ``blackjax.adjusted_mclmc_find_L_and_step_size``, at its defaults: the fractions
+    ``frac_tune1 = frac_tune2 = 0.1``, ``frac_tune3 = 0`` (no autocorrelation pass), diagonal
+    preconditioning, and the target acceptance BlackJAX recommends for it, 0.9. Its ``num_steps``
+    (the draws the tuning is sized for) is set so that its passes (2 x 0.1 + 0.1 of it) take
+    ``warmup`` MH steps per chain (rounded down to a multiple of 3), as bnnzoo's ``mams`` row's
+    ``--micro-warmup``. The tuning runs on every chain (vmapped), each from its own initial point
+    uniform in (-1, 1) as bnnzoo's ``init_radius=1``, and each chain then samples with its own
+    step size, L and diagonal inverse mass matrix: tuning one chain and sharing its parameters
+    would leave the other chains at their initial points, with no warm-up (BlackJAX's tuning is
+    single-chain; it has no multi-chain pooling to share). Then ``draws // num_chains`` draws per
+    chain, all chains vmapped. Gradients: 2 per isokinetic McLachlan step (BlackJAX's
+    ``num_integration_steps``), warm-up included; its first tuning pass holds L at twice the
+    initial step size (0.2 sqrt(d)) while the step size falls, so its warm-up trajectories are
+    much longer than its sampling ones (L / step_size = 2 on average). Wall time includes JAX's
+    compilation."""
+    import blackjax
+    import jax
+    from blackjax.mcmc.adjusted_mclmc_dynamic import make_random_trajectory_length_fn
+    from jax.flatten_util import ravel_pytree
+    from numpyro.infer.util import initialize_model
+
+    model, f_at = bench.numpyro()
+    x, y = bench.jax_data()
+    start = time.perf_counter()
+    key_init, key_warmup, key_sample = jax.random.split(jax.random.PRNGKey(seed), 3)
+    info = initialize_model(key_init, model, model_args=(x, y))
+    flat, unravel = ravel_pytree(info.param_info.z)
+
+    def logdensity(q):
+        return -info.potential_fn(unravel(q))
+
+    positions = jax.random.uniform(key_init, (num_chains, flat.size), minval=-1.0, maxval=1.0)
+    steps_fn = make_random_trajectory_length_fn(True)  # ceil(uniform * rescale(L / step_size)), at least 1
+    kernel = blackjax.adjusted_mclmc_dynamic.build_kernel(integration_steps_fn=steps_fn)
+    num_steps = (10 * warmup + 5) // 3  # int(0.1 * num_steps) = warmup // 3 steps in each of the 3 passes
+
+    def tune(key, position):
+        key_arg, key_tune = jax.random.split(key)
+        state = blackjax.adjusted_mclmc_dynamic.init(position, logdensity, key_arg)
+        state, params, steps = blackjax.adjusted_mclmc_find_L_and_step_size(
+            kernel, logdensity, num_steps, state, key_tune, target=0.9, diagonal_preconditioning=True)
+        return state, params, steps
+
+    states, params, warm_steps = jax.vmap(tune)(jax.random.split(key_warmup, num_chains), positions)
+
+    def step(key, state, step_size, L, inverse_mass_matrix):
+        sampler = blackjax.adjusted_mclmc_dynamic(logdensity, step_size, inverse_mass_matrix=inverse_mass_matrix,
+                                                  integration_steps_fn=steps_fn,
+                                                  integration_steps_params=(L / step_size,))
+        return sampler.step(key, state)
+
+    def one_draw(states, key):
+        states, stats = jax.vmap(step)(jax.random.split(key, num_chains), states, params.step_size, params.L,
+                                       params.inverse_mass_matrix)
+        return states, (states.position, states.logdensity, stats.acceptance_rate, stats.num_integration_steps)
+
+    _, (theta, lp, accept, steps) = jax.lax.scan(one_draw, states,
+                                                jax.random.split(key_sample, draws // num_chains))
+    jax.block_until_ready(theta)
+    wall = time.perf_counter() - start
+    theta, lp = np.asarray(theta).transpose(1, 0, 2), np.asarray(lp).T  # [chain, draw, ...]
+    f = np.stack([f_at(unravel(q)) for q in theta.reshape(-1, flat.size)])
+    per_step = GRADIENTS_PER_STEP["mclachlan"]  # BlackJAX's isokinetic McLachlan: 2 gradients a step too
+    grads = per_step * float(np.sum(warm_steps) + np.sum(steps))  # [chains] and [draws, chains]
+    return score(f"blackjax mams, {num_chains} chains", wall, lp, f.reshape(lp.shape + (-1,)),
+                 {"mean_accept": float(np.mean(accept)), "grads_per_draw": per_step * float(np.mean(steps))},
+                 grads)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["cosine", "digits"], default="cosine",
@@ -259,9 +333,11 @@ def main(argv=None):
                         help="a bnnzoo batched-NUTS row (engine batched_nuts, its defaults) for each number of "
                              "chains, with --warmup warm-up steps")
     parser.add_argument("--micro-chains", type=int, nargs="*", default=[8],
-                        help="chains of bnnzoo's microcanonical samplers, mams and mclmc (none: skip them)")
+                        help="chains of bnnzoo's microcanonical samplers, mams and mclmc, and of BlackJAX's "
+                             "adjusted MCLMC (none: skip them)")
     parser.add_argument("--micro-warmup", type=int, default=1000,
-                        help="warm-up draws per chain of mams and mclmc (an mclmc draw is one integrator step)")
+                        help="warm-up draws per chain of mams and mclmc (an mclmc draw is one integrator step) "
+                             "and BlackJAX's adjusted MCLMC (its tuning's MH steps)")
     parser.add_argument("--mclmc-draws", type=int, default=20000,
                         help="post-warm-up draws of mclmc, all chains (one integrator step each)")
     parser.add_argument("--skip-stock", action="store_true", help="skip stock Pyro NUTS (slow)")
@@ -276,7 +352,10 @@ def main(argv=None):
                              "'eager' (compile=False), 'compiled' (compile=True), 'late' (mass_schedule='late', "
                              "the mass windows in the last 30%% of warm-up)")
     parser.add_argument("--skip-numpyro", action="store_true", help="skip NumPyro's NUTS row")
-    parser.add_argument("--skip-blackjax", action="store_true", help="skip BlackJAX's ChEES rows")
+    parser.add_argument("--skip-blackjax", action="store_true",
+                        help="skip all BlackJAX rows (ChEES and adjusted MCLMC)")
+    parser.add_argument("--skip-blackjax-mams", action="store_true",
+                        help="skip BlackJAX's adjusted MCLMC rows (its ChEES rows stay)")
     parser.add_argument("--warm-cache", action="store_true",
                         help="keep the inductor cache of earlier processes (default: a fresh, empty one)")
     parser.add_argument("--name", default="sampling",
@@ -318,6 +397,9 @@ def main(argv=None):
         for chains in args.chees_chains:
             plan.append(lambda seed, chains=chains: blackjax_chees(bench, chains, args.draws, args.chees_warmup,
                                                                    seed))
+        for chains in [] if args.skip_blackjax_mams else args.micro_chains:
+            plan.append(lambda seed, chains=chains: blackjax_mams(bench, chains, args.draws, args.micro_warmup,
+                                                                  seed))
     if not args.skip_fast_nuts:
         slow.append(lambda seed: bnnzoo_engine("pyro NUTS, fast potential", bench, "nuts", 2, args.draws,
                                                args.warmup, seed, args.device))
