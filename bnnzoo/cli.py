@@ -34,10 +34,8 @@ y = cos x + N(0, 0.1^2)). ChEES-HMC: 16 chains, 400 warm-up + 100 draws each, it
 defaults; NUTS: 16 chains x (400 + 100), tree depth at most 9, target acceptance 0.9
 (at the default 0.8, 2-3% of its transitions diverge on this posterior); HMC (Pyro's,
 15 leapfrog steps): 2 chains x (200 + 200); RWMH: 2 chains x (2000 + 2000); SVI: 2 fits
-of at most 3000 steps, 200 draws each. ChEES and NUTS run eagerly (`compile=False`): their
-default, `compile="auto"`, decides from timings and from the compile times this machine has
-recorded, so the table would change between the first and a later run (see the README's
-Speed section)."""
+of at most 3000 steps, 200 draws each. ChEES and NUTS run eagerly (`compile=False`), so the
+table's times do not include a compile."""
 
 
 def demo_plan(quick: bool = False) -> dict:
