@@ -14,7 +14,10 @@ import textwrap
 import warnings
 from pathlib import Path
 
-from . import validation
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 DEMO_TITLE = "bnnzoo demo: one network, five engines"
 DEMO_DESCRIPTION = """\
@@ -109,6 +112,8 @@ def _compare(plan: dict, out: str, title: str, description: str, progress: bool,
 
 
 def cmd_demo(args) -> int:
+    from . import validation
+
     plan = demo_plan(quick=args.quick)
     if args.device is not None:
         plan["device"] = validation.device("--device", args.device)
@@ -121,6 +126,7 @@ def _read_plan(path: str | Path, doc: dict, tables: tuple[str, ...], device: str
     """What run files and sweep files share, checked: the tables present, ``[model]`` (a spec),
     ``[data]`` and ``[run]`` (counts, ``dtype`` and ``device``; ``device``, the CLI's ``--device``,
     replaces the file's). ``settings`` holds the counts."""
+    from . import validation
     from .data import check_load
     from .inference.engines import COUNTS
     from .inference.engines.run import resolve_dtype
@@ -160,6 +166,44 @@ def _read_plan(path: str | Path, doc: dict, tables: tuple[str, ...], device: str
             "data_name": name, "data_options": data_options}
 
 
+#: the tables of a run file and of a sweep file
+RUN_TABLES = ("model", "data", "engines", "run", "description")
+SWEEP_TABLES = ("model", "data", "run", "sweep")
+
+
+def precheck_file(path: str | Path, what: str, tables: tuple[str, ...]) -> dict:
+    """The checks of a run or sweep file that need neither torch nor Pyro, made before they are
+    imported (which takes seconds, and tens of seconds on a loaded machine): the file exists, is
+    TOML, has known tables, a ``[model]`` and ``[data]``, a ``[run]`` table, and (a run file) a
+    list of ``[[engines]]`` tables with a ``kind``. Returns the parsed file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML: {err}") from None
+    unknown = sorted(set(doc) - set(tables))
+    if unknown:
+        described = " (and a top-level description)" if "description" in tables else ""
+        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected "
+                         f"{', '.join(t for t in tables if t != 'description')}{described}")
+    if "model" not in doc:
+        raise ValueError(f"{path}: missing the [model] table")
+    if "data" not in doc:
+        raise ValueError("[data]: missing; give name = '<dataset>' or path = 'train.csv' with target = '<column>'")
+    if not isinstance(doc.get("run", {}), dict):
+        raise ValueError(f"[run]: expected a table, got {doc['run']!r}")
+    if "engines" in tables:
+        engines = doc.get("engines")
+        if not isinstance(engines, list) or not engines:
+            raise ValueError(f"{path}: add at least one [[engines]] table with kind = '<engine>', got {engines!r}")
+        for i, table in enumerate(engines):
+            if not isinstance(table, str) and not (isinstance(table, dict) and isinstance(table.get("kind"), str)):
+                raise ValueError(f"engines[{i}]: expected a table with kind = '<engine>', got {table!r}")
+    return doc
+
+
 def read_run_file(path: str | Path, device: str | None = None) -> dict:
     """Read a run file: ``[model]`` (a spec), ``[data]``, ``[[engines]]``, an optional ``[run]``
     table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``, ``dtype`` (``"float64"``),
@@ -172,7 +216,7 @@ def read_run_file(path: str | Path, device: str | None = None) -> dict:
     from .models.spec import read_toml
 
     doc = read_toml(path, "run file")
-    plan = _read_plan(path, doc, ("model", "data", "engines", "run", "description"), device)
+    plan = _read_plan(path, doc, RUN_TABLES, device)
     spec, settings = plan["spec"], plan["settings"]
     description = doc.get("description", "")
     if not isinstance(description, str):
@@ -221,7 +265,7 @@ def read_sweep_file(path: str | Path, device: str | None = None) -> dict:
     from .models.spec import read_toml
 
     doc = read_toml(path, "sweep file")
-    plan = _read_plan(path, doc, ("model", "data", "run", "sweep"), device)
+    plan = _read_plan(path, doc, SWEEP_TABLES, device)
     table, settings = doc.get("sweep"), plan.pop("settings")
     if not isinstance(table, dict):
         raise ValueError(f"{path}: add a [sweep] table with engines = [...] (and seeds, [sweep.grid.<engine>])")
@@ -238,6 +282,7 @@ def read_sweep_file(path: str | Path, device: str | None = None) -> dict:
 
 
 def cmd_run(args) -> int:
+    precheck_file(args.spec, "run file", RUN_TABLES)  # before torch is imported
     plan = read_run_file(args.spec, device=args.device)
     description = (f"{plan['description']}\n\nThe run file `{args.spec}`:\n\n```toml\n"
                    f"{plan['text'].rstrip()}\n```")
@@ -264,6 +309,7 @@ def _executor(args):
 
 
 def cmd_sweep(args) -> int:
+    precheck_file(args.grid, "sweep file", SWEEP_TABLES)  # before torch is imported
     from .experiments import format_table, sweep
 
     plan = read_sweep_file(args.grid, getattr(args, "device", None))

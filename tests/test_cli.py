@@ -252,6 +252,33 @@ def test_run_file_dtype(tmp_path):
     assert not (tmp_path / "o2").exists()
 
 
+def test_run_file_float16_is_refused_before_anything_runs(tmp_path, capsys):
+    spec = tmp_path / "run.toml"
+    spec.write_text(CTRL_C_RUN.replace("num_chains = 2", 'num_chains = 2\ndtype = "float16"'))
+    assert main(["run", str(spec), "--out", str(tmp_path / "out")]) == 1
+    assert "bnnzoo: error: [run] dtype 'float16' is too coarse for an accept/reject test" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "run file not found"),
+    ("[model]\ninput_dim = 1\n[data]\nname = 'cosine'\n[[engines]]\nkind =\n", "not valid TOML"),
+    ("[model]\ninput_dim = 1\n[data]\nname = 'cosine'\n[runn]\nseed = 1\n", "unknown table(s) runn"),
+    ("[model]\ninput_dim = 1\n[data]\nname = 'cosine'\n", "add at least one [[engines]] table"),
+    ("[model]\ninput_dim = 1\n[[engines]]\nkind = 'rwmh'\n", "[data]: missing"),
+])
+def test_a_run_file_mistake_is_reported_before_torch_is_imported(tmp_path, text, message):
+    """The file's own checks come before the heavy imports (seconds, tens on a loaded machine)."""
+    spec = tmp_path / "run.toml"
+    if text is not None:
+        spec.write_text(text)
+    code = ("import sys; from bnnzoo.cli import main; rc = main(['run', sys.argv[1]]); "
+            "print(rc, 'torch' in sys.modules, 'pyro' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code, str(spec)], capture_output=True, text=True)
+    assert proc.stdout.split() == ["1", "False", "False"], proc.stderr
+    assert message in proc.stderr
+
+
 def test_run_file_device_and_the_device_option(tmp_path, capsys):
     """``[run] device`` and ``--device`` (which wins): the device is in every run's attributes; a device
     this machine lacks is named, with where it was given, before anything runs."""
