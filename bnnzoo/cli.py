@@ -432,7 +432,7 @@ def cmd_inspect(args) -> int:
     import arviz as az
     import pandas as pd
 
-    from .diagnostics import chain_table, summary
+    from .diagnostics import chain_table, run_diagnostics, summary
 
     path = Path(args.run)
     if not path.exists():
@@ -446,8 +446,11 @@ def cmd_inspect(args) -> int:
     for key in ("engine", "method", "model", "sampling_time", "num_chains", "num_draws", "num_warmup"):
         if key in attrs:
             print(f"  {key}: {attrs[key]:.4g}" if isinstance(attrs[key], float) else f"  {key}: {attrs[key]}")
+    run = run_diagnostics(idata)  # what the report and the comparison table compute
     print("run diagnostics:")
-    acceptance, divergences = table["acceptance"].iloc[0], table["divergences"].iloc[0]
+    for stuck in run["never_moved"]:
+        print(f"  {stuck['message']}")
+    acceptance, divergences = run["acceptance"], run["divergences"]
     if not math.isnan(acceptance):
         target = f" (target {options['target_accept']})" if options.get("target_accept") is not None else ""
         print(f"  acceptance: {acceptance:.3f} mean{target}; per chain {per_chain('acceptance_rate', '.3f')}")
@@ -455,16 +458,22 @@ def cmd_inspect(args) -> int:
         print(f"  divergences: {divergences:.0f}; per chain {per_chain('divergences', '.0f')}")
     if chains["step_size"].notna().all():
         print(f"  step size: per chain {per_chain('step_size', '.3g')}")
-    if "lp" in table.index:
-        lp = table.loc["lp"]
-        print(f"  lp: R-hat {lp['r_hat']:.3f}, ESS bulk {lp['ess_bulk']:.0f}, ESS tail {lp['ess_tail']:.0f}")
+    if not math.isnan(run["rhat_lp"]) or not math.isnan(run["ess_lp"]):
+        tail = f", ESS tail {table.loc['lp', 'ess_tail']:.0f}" if "lp" in table.index else ""
+        print(f"  lp: R-hat {run['rhat_lp']:.3f}, ESS bulk {run['ess_lp']:.0f}{tail}")
+    if not math.isnan(run["ess_f_min"]):
+        print(f"  function space (predictive mean at the test inputs): R-hat max {run['rhat_f_max']:.3f}, "
+              f"ESS bulk min {run['ess_f_min']:.0f}")
     if options:
         print("options:\n" + "\n".join(f"  {k} = {v!r}" for k, v in options.items()))
     notes = {k: v for k, v in attrs.items() if k not in _RUN_ATTRS and not k.startswith("option.")}
     if notes:
         print("notes:\n" + "\n".join(f"  {k}: {v}" for k, v in notes.items()))
+    rows = table.drop(index=[i for i in table.index if i == "lp"]).drop(columns=["acceptance", "divergences"])
+    print("weight-space rows (for reference: network weights are not identifiable, so their R-hat is "
+          "inflated even where lp and the function space have mixed):")
     with pd.option_context("display.width", 160, "display.max_rows", args.rows):
-        print(table.drop(columns=["acceptance", "divergences"]).head(args.rows).to_string())
+        print(rows.head(args.rows).to_string())
     return 0
 
 

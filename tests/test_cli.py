@@ -79,6 +79,12 @@ def test_inspect_prints_a_summary_and_the_run_diagnostics(demo_out, capsys):
     assert f"acceptance: {acceptance:.3f} mean (target 0.9); per chain " in out
     assert f"divergences: {int(stats['diverging'].sum())}; per chain " in out
     assert "step size: per chain " in out and "lp: R-hat " in out
+    # the numbers of the report's table, computed by the same function; run-level lines before weight rows
+    row = pd.read_csv(demo_out / "comparison.csv").set_index("engine").loc["batched_nuts"]
+    assert f"lp: R-hat {row['rhat_lp']:.3f}, ESS bulk {row['ess_lp']:.0f}" in out
+    assert f"function space (predictive mean at the test inputs): R-hat max {row['rhat_f_max']:.3f}" in out
+    assert out.index("run diagnostics:") < out.index("function space") < out.index("weight-space rows")
+    assert out.index("weight-space rows") < out.index("layers.0.weight")
     assert "options:\n" in out and "  max_tree_depth = 4\n" in out
     assert "  target_accept = 0.9\n" in out  # given by the demo, so no recommendation note
     assert main(["inspect", str(demo_out / "hmc.nc")]) == 0
