@@ -171,3 +171,16 @@ def test_run_diagnostics_are_the_same_from_the_run_and_its_inference_data(rwmh_r
     table = summary(rwmh_run)
     assert table.loc["lp", "r_hat"] == pytest.approx(from_run["rhat_lp"], rel=1e-12)  # unrounded
     assert mixing(rwmh_run)["rhat_lp"] == from_run["rhat_lp"]
+
+
+def test_the_trace_says_which_chain_it_could_not_draw(rwmh_run):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bnnzoo.diagnostics import plot_trace
+
+    fig = plot_trace(stuck(rwmh_run))
+    assert fig.axes[0].get_title(loc="left") == "lp (chain 1 not drawn: never finite)"
+    plt.close(fig)
