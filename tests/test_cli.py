@@ -226,19 +226,18 @@ def test_ctrl_c_keeps_the_finished_engine_and_a_report_and_resume_finishes(tmp_p
     argv = [sys.executable, "-m", "bnnzoo.cli", "run", str(spec), "--out", str(out), "--no-progress",
             "--checkpoint-every", "5"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (out / "checkpoints" / "chees" / "progress.json").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+    while not (out / "checkpoints" / "chees" / "progress.json").exists():  # no clock: a slow machine waits
+        assert proc.poll() is None, proc.communicate()
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate()
     assert proc.returncode == 130, err
     assert f"--out {out} --resume" in err and "1 finished engine(s)" in err
     assert az.from_netcdf(str(out / "rwmh.nc")).posterior.sizes["draw"] == 20
     assert "(interrupted)" in (out / "report.md").read_text() and not (out / "chees.nc").exists()
     assert (out / "checkpoints" / "chees" / "state.pt").exists()
     finished = os.path.getmtime(out / "checkpoints" / "rwmh" / "result.pt")
-    proc = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(argv + ["--resume"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert az.from_netcdf(str(out / "chees.nc")).posterior.sizes["draw"] == 400
     assert os.path.getmtime(out / "checkpoints" / "rwmh" / "result.pt") == finished  # not run again
@@ -354,15 +353,14 @@ def test_a_killed_sweep_loses_only_its_running_cells(tmp_path):
     grid.write_text(slow + '[sweep]\nengines = ["rwmh"]\nseeds = [0, 1, 2]\n')
     argv = [sys.executable, "-m", "bnnzoo.cli", "sweep", str(grid), "--out", str(out), "--no-progress"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not list(out.glob("cells/*.json")):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+    while not list(out.glob("cells/*.json")):  # no clock: a slow machine waits
+        assert proc.poll() is None, proc.communicate()
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=60)
+    proc.communicate()
     finished = {p: os.path.getmtime(p) for p in out.glob("*.nc")}
     assert 1 <= len(finished) < 3, finished
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert list(pd.read_csv(out / "sweep.csv").seed) == [0, 1, 2]
     assert all(os.path.getmtime(p) == mtime for p, mtime in finished.items())  # kept, not run again
