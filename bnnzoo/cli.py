@@ -458,10 +458,10 @@ def cmd_inspect(args) -> int:
         print(f"  divergences: {divergences:.0f}; per chain {per_chain('divergences', '.0f')}")
     if chains["step_size"].notna().all():
         print(f"  step size: per chain {per_chain('step_size', '.3g')}")
-    if not math.isnan(run["rhat_lp"]) or not math.isnan(run["ess_lp"]):
+    if "lp" in table.index:  # NaN where there are too few draws, as in the report's table
         tail = f", ESS tail {table.loc['lp', 'ess_tail']:.0f}" if "lp" in table.index else ""
         print(f"  lp: R-hat {run['rhat_lp']:.3f}, ESS bulk {run['ess_lp']:.0f}{tail}")
-    if not math.isnan(run["ess_f_min"]):
+    if "predictions" in idata.groups():
         print(f"  function space (predictive mean at the test inputs): R-hat max {run['rhat_f_max']:.3f}, "
               f"ESS bulk min {run['ess_f_min']:.0f}")
     if options:
