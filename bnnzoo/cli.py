@@ -14,7 +14,12 @@ import textwrap
 import warnings
 from pathlib import Path
 
-from . import __version__, validation
+from . import __version__
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 DEMO_TITLE = "bnnzoo demo: one network, five engines"
 DEMO_DESCRIPTION = """\
@@ -34,10 +39,8 @@ y = cos x + N(0, 0.1^2)). ChEES-HMC: 16 chains, 400 warm-up + 100 draws each, it
 defaults; NUTS: 16 chains x (400 + 100), tree depth at most 9, target acceptance 0.9
 (at the default 0.8, 2-3% of its transitions diverge on this posterior); HMC (Pyro's,
 15 leapfrog steps): 2 chains x (200 + 200); RWMH: 2 chains x (2000 + 2000); SVI: 2 fits
-of at most 3000 steps, 200 draws each. ChEES and NUTS run eagerly (`compile=False`): their
-default, `compile="auto"`, decides from timings and from the compile times this machine has
-recorded, so the table would change between the first and a later run (see
-``docs/guide/speed.md``)."""
+of at most 3000 steps, 200 draws each. ChEES and NUTS run eagerly (`compile=False`), so the
+table's times do not include a compile."""
 
 
 def demo_plan(quick: bool = False) -> dict:
@@ -111,6 +114,8 @@ def _compare(plan: dict, out: str, title: str, description: str, progress: bool,
 
 
 def cmd_demo(args) -> int:
+    from . import validation
+
     plan = demo_plan(quick=args.quick)
     if args.device is not None:
         plan["device"] = validation.device("--device", args.device)
@@ -123,6 +128,7 @@ def _read_plan(path: str | Path, doc: dict, tables: tuple[str, ...], device: str
     """What run files and sweep files share, checked: the tables present, ``[model]`` (a spec),
     ``[data]`` and ``[run]`` (counts, ``dtype`` and ``device``; ``device``, the CLI's ``--device``,
     replaces the file's). ``settings`` holds the counts."""
+    from . import validation
     from .data import check_load
     from .inference.engines import COUNTS
     from .inference.engines.run import resolve_dtype
@@ -162,6 +168,44 @@ def _read_plan(path: str | Path, doc: dict, tables: tuple[str, ...], device: str
             "data_name": name, "data_options": data_options}
 
 
+#: the tables of a run file and of a sweep file
+RUN_TABLES = ("model", "data", "engines", "run", "description")
+SWEEP_TABLES = ("model", "data", "run", "sweep")
+
+
+def precheck_file(path: str | Path, what: str, tables: tuple[str, ...]) -> dict:
+    """The checks of a run or sweep file that need neither torch nor Pyro, made before they are
+    imported (which takes seconds, and tens of seconds on a loaded machine): the file exists, is
+    TOML, has known tables, a ``[model]`` and ``[data]``, a ``[run]`` table, and (a run file) a
+    list of ``[[engines]]`` tables with a ``kind``. Returns the parsed file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML: {err}") from None
+    unknown = sorted(set(doc) - set(tables))
+    if unknown:
+        described = " (and a top-level description)" if "description" in tables else ""
+        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected "
+                         f"{', '.join(t for t in tables if t != 'description')}{described}")
+    if "model" not in doc:
+        raise ValueError(f"{path}: missing the [model] table")
+    if "data" not in doc:
+        raise ValueError("[data]: missing; give name = '<dataset>' or path = 'train.csv' with target = '<column>'")
+    if not isinstance(doc.get("run", {}), dict):
+        raise ValueError(f"[run]: expected a table, got {doc['run']!r}")
+    if "engines" in tables:
+        engines = doc.get("engines")
+        if not isinstance(engines, list) or not engines:
+            raise ValueError(f"{path}: add at least one [[engines]] table with kind = '<engine>', got {engines!r}")
+        for i, table in enumerate(engines):
+            if not isinstance(table, str) and not (isinstance(table, dict) and isinstance(table.get("kind"), str)):
+                raise ValueError(f"engines[{i}]: expected a table with kind = '<engine>', got {table!r}")
+    return doc
+
+
 def read_run_file(path: str | Path, device: str | None = None) -> dict:
     """Read a run file: ``[model]`` (a spec), ``[data]``, ``[[engines]]``, an optional ``[run]``
     table with ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``, ``dtype`` (``"float64"``),
@@ -174,7 +218,7 @@ def read_run_file(path: str | Path, device: str | None = None) -> dict:
     from .models.spec import read_toml
 
     doc = read_toml(path, "run file")
-    plan = _read_plan(path, doc, ("model", "data", "engines", "run", "description"), device)
+    plan = _read_plan(path, doc, RUN_TABLES, device)
     spec, settings = plan["spec"], plan["settings"]
     description = doc.get("description", "")
     if not isinstance(description, str):
@@ -223,7 +267,7 @@ def read_sweep_file(path: str | Path, device: str | None = None) -> dict:
     from .models.spec import read_toml
 
     doc = read_toml(path, "sweep file")
-    plan = _read_plan(path, doc, ("model", "data", "run", "sweep"), device)
+    plan = _read_plan(path, doc, SWEEP_TABLES, device)
     table, settings = doc.get("sweep"), plan.pop("settings")
     if not isinstance(table, dict):
         raise ValueError(f"{path}: add a [sweep] table with engines = [...] (and seeds, [sweep.grid.<engine>])")
@@ -240,6 +284,7 @@ def read_sweep_file(path: str | Path, device: str | None = None) -> dict:
 
 
 def cmd_run(args) -> int:
+    precheck_file(args.spec, "run file", RUN_TABLES)  # before torch is imported
     plan = read_run_file(args.spec, device=args.device)
     description = (f"{plan['description']}\n\nThe run file `{args.spec}`:\n\n```toml\n"
                    f"{plan['text'].rstrip()}\n```")
@@ -266,6 +311,7 @@ def _executor(args):
 
 
 def cmd_sweep(args) -> int:
+    precheck_file(args.grid, "sweep file", SWEEP_TABLES)  # before torch is imported
     from .experiments import format_table, sweep
 
     plan = read_sweep_file(args.grid, getattr(args, "device", None))
@@ -388,7 +434,7 @@ def cmd_inspect(args) -> int:
     import arviz as az
     import pandas as pd
 
-    from .diagnostics import chain_table, summary
+    from .diagnostics import chain_table, run_diagnostics, summary
 
     path = Path(args.run)
     if not path.exists():
@@ -402,8 +448,11 @@ def cmd_inspect(args) -> int:
     for key in ("engine", "method", "model", "sampling_time", "num_chains", "num_draws", "num_warmup"):
         if key in attrs:
             print(f"  {key}: {attrs[key]:.4g}" if isinstance(attrs[key], float) else f"  {key}: {attrs[key]}")
+    run = run_diagnostics(idata)  # what the report and the comparison table compute
     print("run diagnostics:")
-    acceptance, divergences = table["acceptance"].iloc[0], table["divergences"].iloc[0]
+    for stuck in run["never_moved"]:
+        print(f"  {stuck['message']}")
+    acceptance, divergences = run["acceptance"], run["divergences"]
     if not math.isnan(acceptance):
         target = f" (target {options['target_accept']})" if options.get("target_accept") is not None else ""
         print(f"  acceptance: {acceptance:.3f} mean{target}; per chain {per_chain('acceptance_rate', '.3f')}")
@@ -411,16 +460,22 @@ def cmd_inspect(args) -> int:
         print(f"  divergences: {divergences:.0f}; per chain {per_chain('divergences', '.0f')}")
     if chains["step_size"].notna().all():
         print(f"  step size: per chain {per_chain('step_size', '.3g')}")
-    if "lp" in table.index:
-        lp = table.loc["lp"]
-        print(f"  lp: R-hat {lp['r_hat']:.3f}, ESS bulk {lp['ess_bulk']:.0f}, ESS tail {lp['ess_tail']:.0f}")
+    if "lp" in table.index:  # NaN where there are too few draws, as in the report's table
+        tail = f", ESS tail {table.loc['lp', 'ess_tail']:.0f}" if "lp" in table.index else ""
+        print(f"  lp: R-hat {run['rhat_lp']:.3f}, ESS bulk {run['ess_lp']:.0f}{tail}")
+    if "predictions" in idata.groups():
+        print(f"  function space (predictive mean at the test inputs): R-hat max {run['rhat_f_max']:.3f}, "
+              f"ESS bulk min {run['ess_f_min']:.0f}")
     if options:
         print("options:\n" + "\n".join(f"  {k} = {v!r}" for k, v in options.items()))
     notes = {k: v for k, v in attrs.items() if k not in _RUN_ATTRS and not k.startswith("option.")}
     if notes:
         print("notes:\n" + "\n".join(f"  {k}: {v}" for k, v in notes.items()))
+    rows = table.drop(index=[i for i in table.index if i == "lp"]).drop(columns=["acceptance", "divergences"])
+    print("weight-space rows (for reference: network weights are not identifiable, so their R-hat is "
+          "inflated even where lp and the function space have mixed):")
     with pd.option_context("display.width", 160, "display.max_rows", args.rows):
-        print(table.drop(columns=["acceptance", "divergences"]).head(args.rows).to_string())
+        print(rows.head(args.rows).to_string())
     return 0
 
 

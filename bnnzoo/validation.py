@@ -115,6 +115,12 @@ def float_dtype(field: str, value: Any, error: ErrorFactory = value_error) -> to
     dtype = getattr(torch, value, value) if isinstance(value, str) else value
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise error(field, f"must be a torch floating dtype (torch.float32, torch.float64 or its name), got {value!r}")
+    if torch.finfo(dtype).bits < 32:
+        # a Metropolis test compares two energies of size |U| (a sum over the data) whose
+        # difference matters at order 1: float16 resolves 1 in 2^11, bfloat16 1 in 2^8
+        raise error(field, f"{value!r} is too coarse for an accept/reject test (a relative precision of "
+                           f"{torch.finfo(dtype).eps:.0e}: an energy of 1000 is known to within "
+                           f"{1000 * torch.finfo(dtype).eps:.2g}); use float32 or float64")
     return dtype
 
 

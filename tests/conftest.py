@@ -11,22 +11,10 @@ warnings.filterwarnings("ignore", message="num_chains=.*available_cpu")
 warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
 
 
-@pytest.fixture(autouse=True)
-def compiled_nothing_yet(monkeypatch):
-    """Each test starts as if this process had compiled no graph: a ``compile="auto"`` run whose
-    network another test compiled would otherwise compile at its first iteration (the graphs are
-    reused), and a test's draws would depend on the order the tests ran in."""
-    from bnnzoo.inference import compilation
-
-    monkeypatch.setattr(compilation, "_COMPILED_HERE", set())
-
-
 @pytest.fixture(scope="session", autouse=True)
-def session_compile_record(tmp_path_factory):
-    """``compile="auto"``'s record (compile times, and the eager seconds that runs of a network owe a
-    compile: every eager run adds to it) in a folder of the session's, so no decision depends on what
-    earlier sessions on this machine ran. The inductor cache stays the persistent one, so a
-    compiling test is no slower than a user's second compile."""
+def session_cache(tmp_path_factory):
+    """bnnzoo's cache folder in a folder of the session's. The inductor cache stays the persistent
+    one, so a compiling test is no slower than a user's second compile."""
     from bnnzoo.inference import compilation
 
     with pytest.MonkeyPatch.context() as patch:
@@ -34,12 +22,6 @@ def session_compile_record(tmp_path_factory):
                      or str(compilation.cache_dir() / "inductor"))
         patch.setenv("BNNZOO_CACHE", str(tmp_path_factory.mktemp("bnnzoo-cache")))
         yield
-
-
-@pytest.fixture(autouse=True)
-def own_compile_record(tmp_path, monkeypatch):
-    """Each test has a record of its own, so its decision does not depend on the tests before it."""
-    monkeypatch.setenv("BNNZOO_CACHE", str(tmp_path / "bnnzoo-cache"))
 
 
 @pytest.fixture

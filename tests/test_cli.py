@@ -79,6 +79,12 @@ def test_inspect_prints_a_summary_and_the_run_diagnostics(demo_out, capsys):
     assert f"acceptance: {acceptance:.3f} mean (target 0.9); per chain " in out
     assert f"divergences: {int(stats['diverging'].sum())}; per chain " in out
     assert "step size: per chain " in out and "lp: R-hat " in out
+    # the numbers of the report's table, computed by the same function; run-level lines before weight rows
+    row = pd.read_csv(demo_out / "comparison.csv").set_index("engine").loc["batched_nuts"]
+    assert f"lp: R-hat {row['rhat_lp']:.3f}, ESS bulk {row['ess_lp']:.0f}" in out
+    assert f"function space (predictive mean at the test inputs): R-hat max {row['rhat_f_max']:.3f}" in out
+    assert out.index("run diagnostics:") < out.index("function space") < out.index("weight-space rows")
+    assert out.index("weight-space rows") < out.index("layers.0.weight")
     assert "options:\n" in out and "  max_tree_depth = 4\n" in out
     assert "  target_accept = 0.9\n" in out  # given by the demo, so no recommendation note
     assert main(["inspect", str(demo_out / "hmc.nc")]) == 0
@@ -220,19 +226,18 @@ def test_ctrl_c_keeps_the_finished_engine_and_a_report_and_resume_finishes(tmp_p
     argv = [sys.executable, "-m", "bnnzoo.cli", "run", str(spec), "--out", str(out), "--no-progress",
             "--checkpoint-every", "5"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (out / "checkpoints" / "chees" / "progress.json").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+    while not (out / "checkpoints" / "chees" / "progress.json").exists():  # no clock: a slow machine waits
+        assert proc.poll() is None, proc.communicate()
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate()
     assert proc.returncode == 130, err
     assert f"--out {out} --resume" in err and "1 finished engine(s)" in err
     assert az.from_netcdf(str(out / "rwmh.nc")).posterior.sizes["draw"] == 20
     assert "(interrupted)" in (out / "report.md").read_text() and not (out / "chees.nc").exists()
     assert (out / "checkpoints" / "chees" / "state.pt").exists()
     finished = os.path.getmtime(out / "checkpoints" / "rwmh" / "result.pt")
-    proc = subprocess.run(argv + ["--resume"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(argv + ["--resume"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert az.from_netcdf(str(out / "chees.nc")).posterior.sizes["draw"] == 400
     assert os.path.getmtime(out / "checkpoints" / "rwmh" / "result.pt") == finished  # not run again
@@ -250,6 +255,33 @@ def test_run_file_dtype(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "[run] dtype must be a torch floating dtype" in proc.stderr
     assert not (tmp_path / "o2").exists()
+
+
+def test_run_file_float16_is_refused_before_anything_runs(tmp_path, capsys):
+    spec = tmp_path / "run.toml"
+    spec.write_text(CTRL_C_RUN.replace("num_chains = 2", 'num_chains = 2\ndtype = "float16"'))
+    assert main(["run", str(spec), "--out", str(tmp_path / "out")]) == 1
+    assert "bnnzoo: error: [run] dtype 'float16' is too coarse for an accept/reject test" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "run file not found"),
+    ("[model]\ninput_dim = 1\n[data]\nname = 'cosine'\n[[engines]]\nkind =\n", "not valid TOML"),
+    ("[model]\ninput_dim = 1\n[data]\nname = 'cosine'\n[runn]\nseed = 1\n", "unknown table(s) runn"),
+    ("[model]\ninput_dim = 1\n[data]\nname = 'cosine'\n", "add at least one [[engines]] table"),
+    ("[model]\ninput_dim = 1\n[[engines]]\nkind = 'rwmh'\n", "[data]: missing"),
+])
+def test_a_run_file_mistake_is_reported_before_torch_is_imported(tmp_path, text, message):
+    """The file's own checks come before the heavy imports (seconds, tens on a loaded machine)."""
+    spec = tmp_path / "run.toml"
+    if text is not None:
+        spec.write_text(text)
+    code = ("import sys; from bnnzoo.cli import main; rc = main(['run', sys.argv[1]]); "
+            "print(rc, 'torch' in sys.modules, 'pyro' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code, str(spec)], capture_output=True, text=True)
+    assert proc.stdout.split() == ["1", "False", "False"], proc.stderr
+    assert message in proc.stderr
 
 
 def test_run_file_device_and_the_device_option(tmp_path, capsys):
@@ -321,15 +353,14 @@ def test_a_killed_sweep_loses_only_its_running_cells(tmp_path):
     grid.write_text(slow + '[sweep]\nengines = ["rwmh"]\nseeds = [0, 1, 2]\n')
     argv = [sys.executable, "-m", "bnnzoo.cli", "sweep", str(grid), "--out", str(out), "--no-progress"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not list(out.glob("cells/*.json")):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+    while not list(out.glob("cells/*.json")):  # no clock: a slow machine waits
+        assert proc.poll() is None, proc.communicate()
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=60)
+    proc.communicate()
     finished = {p: os.path.getmtime(p) for p in out.glob("*.nc")}
     assert 1 <= len(finished) < 3, finished
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert list(pd.read_csv(out / "sweep.csv").seed) == [0, 1, 2]
     assert all(os.path.getmtime(p) == mtime for p, mtime in finished.items())  # kept, not run again

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_example(script: str, out: Path, *args: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--smoke", "--out", str(out), *args],
-                          capture_output=True, text=True, env=env, timeout=300)
+                          capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

@@ -205,7 +205,7 @@ def test_device_gives_cuda_its_index():
 
 
 @pytest.mark.parametrize("x, want", [("float64", torch.float64), (torch.float32, torch.float32),
-                                     ("bfloat16", torch.bfloat16)])
+                                     ("float32", torch.float32)])
 def test_float_dtype_accepts_a_dtype_or_its_name(x, want):
     assert v.float_dtype("dtype", x) is want
 
@@ -214,3 +214,19 @@ def test_float_dtype_accepts_a_dtype_or_its_name(x, want):
 def test_float_dtype_refuses_the_rest(x):
     _refuses(v.float_dtype, "dtype", x,
              message=f"dtype must be a torch floating dtype (torch.float32, torch.float64 or its name), got {x!r}")
+
+
+@pytest.mark.parametrize("dtype", ["float16", torch.bfloat16])
+def test_a_dtype_too_coarse_for_an_accept_reject_test_is_refused(dtype):
+    from bnnzoo.inference import run
+    from bnnzoo.inference.kernels import RandomWalkMH
+    from bnnzoo.inference.potential import BNNPotential
+    from bnnzoo.models import BNN, zoo
+
+    with pytest.raises(ValueError, match=rf"dtype {dtype!r} is too coarse for an accept/reject test .*use float32 "
+                                         "or float64"):
+        run("cosine_mlp", "cosine", engine="rwmh", num_samples=2, warmup_steps=2, dtype=dtype, progress=False)
+    with pytest.raises(ValueError, match="too coarse"):
+        RandomWalkMH(BNN(zoo.cosine_mlp(hidden=2)), dtype=dtype)
+    with pytest.raises(ValueError, match=r"x.dtype torch.float16 is too coarse"):
+        BNNPotential(BNN(zoo.cosine_mlp(hidden=2)), torch.zeros(5, 1, dtype=torch.float16), torch.zeros(5))

@@ -159,3 +159,36 @@ def _check_labels(y: Tensor, num_classes: int | None, where: str) -> Tensor:
         verb = "in " if num_classes is not None else ""
         raise ValueError(f"{where}labels must be {verb}{allowed}; found {shown}")
     return y
+
+
+#: a column (or a regression target) whose sd or |mean| is above this, or whose sd is below its
+#: inverse, is "far from unit scale": unit-scale priors and the likelihood's noise scale assume
+#: roughly standardised data
+UNIT_SCALE = 10.0
+
+
+def scale_warning(x: Tensor, y: Tensor, task: str, name: str = "data") -> str | None:
+    """One line when the training data are far from unit scale (:data:`UNIT_SCALE`): a regression
+    target, or input columns, with a large mean or a sd far from 1; None otherwise. Constant
+    columns are left out (a bias column, a one-hot column that never fires)."""
+    parts = []
+    if task == "regression" and y.numel() > 1:
+        yy = y.detach().double().reshape(-1)
+        mean, sd = float(yy.mean()), float(yy.std())
+        if sd > UNIT_SCALE or (0 < sd < 1 / UNIT_SCALE) or abs(mean) > UNIT_SCALE:
+            parts.append(f"the target has mean {mean:.3g} and sd {sd:.3g}")
+    if x.is_floating_point() and x.shape[0] > 1:
+        xx = x.detach().double().reshape(x.shape[0], -1)
+        mean, sd = xx.mean(0), xx.std(0)
+        moving = sd > 0
+        wide = moving & ((sd > UNIT_SCALE) | (mean.abs() > UNIT_SCALE) | (sd < 1 / UNIT_SCALE))
+        if bool(wide.any()):
+            cols = torch.nonzero(wide).reshape(-1).tolist()
+            shown = ", ".join(str(c) for c in cols[:5]) + (", ..." if len(cols) > 5 else "")
+            parts.append(f"{len(cols)} input column(s) ({shown}) have sd up to {float(sd[wide].max()):.3g} and "
+                         f"|mean| up to {float(mean[wide].abs().max()):.3g}")
+    if not parts:
+        return None
+    return (f"{name}: far from unit scale ({'; '.join(parts)}); the priors and the likelihood's noise assume "
+            f"roughly standardised data, so expect poor mixing or a misfit: standardise the data (or set the "
+            f"prior and noise scales to match)")

@@ -21,16 +21,17 @@ from .predictive import (
     predictive_metrics,
     rmse,
 )
-from .summary import cap_hits, chain_table, ess_rhat, mixing, run_checks, sampling_time, sparsity, summary
+from .summary import (cap_hits, chain_table, ess_rhat, mixing, never_moved, run_checks, run_diagnostics, sampling_time,
+                      sparsity, summary)
 from .theory import optimal_acceptance, theoretical_efficiency, theoretical_optimal_acceptance
 
 __all__ = [
     "optimal_acceptance", "theoretical_efficiency", "theoretical_optimal_acceptance",
     "accuracy", "cap_hits", "chain_table", "ess_rhat", "expected_calibration_error", "function_draws",
-    "gaussian_log_lik", "gaussian_nll", "map_draws", "mixing", "nll", "plot_acceptance",
+    "gaussian_log_lik", "gaussian_nll", "map_draws", "mixing", "never_moved", "nll", "plot_acceptance",
     "plot_acceptance_sweep", "plot_acceptance_vs_size", "plot_efficiency", "plot_energy", "plot_predictive_band",
     "plot_rank", "plot_trace", "pointwise_log_likelihood", "posterior_dataset",
-    "predictive_means", "predictive_metrics", "rmse", "run_checks", "sampling_time", "site_dims", "sparsity", "summary",
+    "predictive_means", "predictive_metrics", "rmse", "run_checks", "run_diagnostics", "sampling_time", "site_dims", "sparsity", "summary",
     "to_inference_data",
 ]
 

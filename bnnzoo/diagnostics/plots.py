@@ -198,7 +198,11 @@ def plot_trace(source, var_names=None, *, num_points: int = 3, max_chains: int =
         trace, density = row
         for c in shown:
             trace.plot(values[c], lw=0.6, alpha=0.8)
-        trace.set_title(name, fontsize="medium", loc="left")
+        # a chain whose value is never finite draws no line: the title names it instead
+        absent = [c for c in shown if not np.isfinite(values[c]).any()]
+        title = name if not absent else (f"{name} (chain{'s' if len(absent) > 1 else ''} "
+                                         f"{', '.join(map(str, absent))} not drawn: never finite)")
+        trace.set_title(title, fontsize="medium", loc="left")
         trace.set_ylabel("lp" if name == "lp" else name.split("(")[0].split("[")[0], fontsize="small")
         finite = values[np.isfinite(values)]
         if finite.size:

@@ -202,8 +202,13 @@ def function_draws(run, x=None, y=None, chunk_size: int = 256) -> np.ndarray:
     """
     model = run.model
     x = run.data.x_test if x is None else x
-    means = predictive_means(model, run.samples, x, chunk_size)
-    if model.task == "regression":
+    return function_scalars(predictive_means(model, run.samples, x, chunk_size), model.task, y)
+
+
+def function_scalars(means: np.ndarray, task: str, y=None) -> np.ndarray:
+    """:func:`function_draws` from the likelihood's means ``[chain, draw, N(, K)]`` (a run's, or the
+    ``predictions`` group ``f_mean`` of its InferenceData)."""
+    if task == "regression":
         return means
     if y is None:
         cls = means.mean((0, 1)).argmax(-1)

@@ -1,7 +1,10 @@
 """One table per run: ``az.summary`` plus ESS per second, sparsity, per-chain
 sampler statistics (cap hits of NUTS/ChEES trajectories: :func:`cap_hits`) and the run's own verdicts (:func:`summary`, :func:`chain_table`,
-:func:`run_checks`: SG-MCMC chains that failed, SVI fits that did not converge), and
-the mixing numbers that compare engines (:func:`mixing`).
+:func:`run_checks`: SG-MCMC chains that failed, SVI fits that did not converge; :func:`never_moved`:
+chains that never left their start), and the mixing numbers that compare engines (:func:`mixing`).
+:func:`run_diagnostics` computes every run-level number (``lp``, function space, acceptance,
+divergences, chains that never moved) from a Run or its InferenceData alike: the report, the
+comparison table, :func:`summary` and ``bnnzoo inspect`` all read it.
 
 R-hat and ESS always come from ArviZ (rank-normalised split R-hat and bulk ESS,
 Vehtari et al. 2021, "Rank-normalization, folding, and localization: an
@@ -28,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .arviz import posterior_dataset, to_inference_data
-from .predictive import function_draws
+from .predictive import function_draws, function_scalars
 from .nested_rhat import nested_rhat
 
 SPARSITY_THRESHOLD = 1e-2
@@ -186,7 +189,8 @@ def chain_table(idata_or_run, sparsity_threshold: float = SPARSITY_THRESHOLD) ->
     """One row per chain: mean acceptance rate, divergences, mean step size, mean
     leapfrog steps, ``cap_hits`` (draws whose trajectory stopped at the engine's cap: NUTS
     ``reached_max_tree_depth``, ChEES ``reached_max_steps``; see :func:`cap_hits`), mean ``lp``,
-    weight sparsity (NaN where the engine has no such stat),
+    weight sparsity (NaN where the engine has no such stat), ``moved`` (False: the chain never
+    left its start, :func:`never_moved`),
     and ``failed`` (SG-MCMC: the chain blew up) and ``converged`` (SVI: the fit settled),
     missing (``<NA>``) where the engine does not check."""
     idata = _idata(idata_or_run)
@@ -207,6 +211,8 @@ def chain_table(idata_or_run, sparsity_threshold: float = SPARSITY_THRESHOLD) ->
         "lp_mean": per_chain("lp", lambda v: v.mean(1)),
         "sparsity": sparsity(idata, sparsity_threshold, by_chain=True),
     }, index=pd.Index(idata.posterior["chain"].values, name="chain"))
+    stuck = {c["chain"] for c in never_moved(idata)}
+    table["moved"] = [chain not in stuck for chain in table.index]
     checks = run_checks(idata)
     table["failed"] = _flags(checks, "failed", chains)
     table["converged"] = _flags(checks, "converged", chains)
@@ -253,6 +259,10 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
         if include_lp and stats is not None and "lp" in stats:
             lp = az.summary(idata, group="sample_stats", var_names=["lp"], **summary_kwargs)
             table = pd.concat([table, lp])
+    if "lp" in table.index:  # the run-level numbers, as run_diagnostics computes them (unrounded)
+        lp = np.asarray(stats["lp"].values, dtype=np.float64)
+        ess_lp, rhat_lp = ess_rhat(lp.reshape(lp.shape[0], -1))
+        table.loc["lp", "ess_bulk"], table.loc["lp", "r_hat"] = float(ess_lp), float(rhat_lp)
     seconds = sampling_time(idata)
     for kind in ("bulk", "tail"):
         if f"ess_{kind}" in table:
@@ -270,9 +280,109 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
         "divergences": chains["divergences"].tolist(),
         "cap_hits": math.nan if caps is None else caps["hits"],
         "cap": caps,
+        "never_moved": [c["message"] for c in never_moved(idata)],
         **run_checks(idata),
     })
     return table
+
+
+# ------------------------------------------------------------------ chains that never moved
+def _posterior_arrays(source) -> dict[str, np.ndarray]:
+    if hasattr(source, "posterior"):
+        return {str(k): source.posterior[k].values for k in source.posterior.data_vars}
+    return dict(source.samples)
+
+
+def never_moved(idata_or_run) -> list[dict]:
+    """The chains whose every draw equals their first (for every sampled value), with why:
+    ``[{"chain", "lp", "message"}]``. A chain whose log density is not finite at its start
+    rejects every proposal (the Metropolis ratio is not a number) and counts each as a
+    divergence: the message says so and names the likely causes."""
+    source = idata_or_run
+    arrays = _posterior_arrays(source)
+    if not arrays:
+        return []
+    first = next(iter(arrays.values()))
+    chains, draws = first.shape[:2]
+    if draws < 2:
+        return []
+    still = np.ones(chains, bool)
+    for values in arrays.values():
+        flat = np.asarray(values).reshape(chains, draws, -1)
+        same = (flat == flat[:, :1]) | (np.isnan(flat) & np.isnan(flat[:, :1]))
+        still &= same.all(axis=(1, 2))
+    stats = _stats_dict(source)
+    lp = stats.get("lp")
+    lp = None if lp is None else np.asarray(lp, dtype=np.float64).reshape(chains, -1)
+    accept = stats.get("acceptance_rate")
+    accept = None if accept is None else np.asarray(accept, dtype=np.float64).reshape(chains, -1)
+    labels = (source.posterior["chain"].values.tolist() if hasattr(source, "posterior") else list(range(chains)))
+    out = []
+    for c in np.flatnonzero(still):
+        start = math.nan if lp is None else float(lp[c, 0])
+        if lp is not None and not math.isfinite(start):
+            message = (f"chain {labels[c]} never moved: its log density is not finite at the start (lp {start} "
+                       f"at all {draws} draws, each a rejected proposal counted as a divergence); likely cause: "
+                       "a start where the model's log density overflows or is undefined (data far from unit "
+                       "scale, a NaN in the data, a start outside a prior's support, or initial_params/"
+                       "init_radius); its draws are not posterior draws")
+        else:
+            rate = "" if accept is None else f" (mean acceptance {float(np.nanmean(accept[c])):.2g})"
+            message = (f"chain {labels[c]} never moved: every proposal was rejected{rate}; likely cause: a step "
+                       "size or proposal scale far too large for this posterior; its draws are not posterior draws")
+        out.append({"chain": labels[c], "lp": start, "message": message})
+    return out
+
+
+# ------------------------------------------------------------------ run-level diagnostics
+def _function_draws_of(source, x=None, chunk_size: int = 256) -> np.ndarray | None:
+    """Function-space draws ``[chain, draw, N]``: of a Run (its model at ``x`` or its test inputs),
+    or of an InferenceData's ``predictions`` group (``f_mean``; regression or classification as
+    its shape says). None where neither is there."""
+    if hasattr(source, "posterior"):
+        predictions = getattr(source, "predictions", None)
+        if predictions is None or "f_mean" not in predictions:
+            return None
+        means = np.asarray(predictions["f_mean"].values, dtype=np.float64)
+        return function_scalars(means, "classification" if means.ndim == 4 else "regression")
+    if getattr(source, "model", None) is None or getattr(source, "data", None) is None:
+        return None
+    return function_draws(source, x, chunk_size=chunk_size)
+
+
+def run_diagnostics(idata_or_run, x=None, chunk_size: int = 256) -> dict:
+    """Every run-level diagnostic, computed one way for a Run and for its InferenceData (the
+    report, the comparison table, :func:`summary` and ``bnnzoo inspect`` read this):
+
+    ``ess_lp``, ``rhat_lp``, ``nrhat_lp`` (of ``lp``; NaN where the engine has none);
+    ``ess_f_min``, ``rhat_f_max``, ``nrhat_f_max`` (function space: :func:`~bnnzoo.diagnostics.
+    predictive.function_draws` at the test inputs, or the InferenceData's ``predictions``; NaN
+    where neither is there); ``acceptance`` (mean), ``divergences`` (total; NaN where not recorded)
+    and ``never_moved`` (:func:`never_moved`). R-hat is rank-normalised split R-hat, ESS bulk ESS,
+    both ArviZ's (:func:`ess_rhat`), never rounded."""
+    stats = _stats_dict(idata_or_run)
+    out: dict = {}
+    lp = stats.get("lp")
+    if lp is None:
+        out["ess_lp"] = out["rhat_lp"] = out["nrhat_lp"] = math.nan
+    else:
+        lp = np.asarray(lp, dtype=np.float64)
+        lp = lp.reshape(lp.shape[0], -1)
+        ess_lp, rhat_lp = ess_rhat(lp)
+        out["ess_lp"], out["rhat_lp"] = float(ess_lp), float(rhat_lp)
+        out["nrhat_lp"] = float(nested_rhat(lp))
+    f = _function_draws_of(idata_or_run, x, chunk_size)
+    if f is None:
+        out["ess_f_min"] = out["rhat_f_max"] = out["nrhat_f_max"] = math.nan
+    else:
+        ess_f, rhat_f = ess_rhat(f)
+        out["ess_f_min"], out["rhat_f_max"] = _nanmin(ess_f), _nanmax(rhat_f)
+        out["nrhat_f_max"] = _nanmax(nested_rhat(f))
+    acceptance, diverging = stats.get("acceptance_rate"), stats.get("diverging")
+    out["acceptance"] = math.nan if acceptance is None else float(np.mean(np.asarray(acceptance, dtype=float)))
+    out["divergences"] = math.nan if diverging is None else int(np.sum(diverging))
+    out["never_moved"] = never_moved(idata_or_run)
+    return out
 
 
 # ------------------------------------------------------------------ mixing
@@ -322,17 +432,8 @@ def mixing(run, x=None, chunk_size: int = 256) -> dict[str, float]:
         4 superchains; NaN below 8 chains), for many short chains.
         R-hat is NaN for a 1-chain run; constant draws give NaN (not an error).
     """
-    out: dict[str, float] = {}
-    f = function_draws(run, x, chunk_size=chunk_size)
-    ess_f, rhat_f = ess_rhat(f)
-    out["ess_f_min"], out["rhat_f_max"] = _nanmin(ess_f), _nanmax(rhat_f)
-    out["nrhat_f_max"] = _nanmax(nested_rhat(f))
-    lp = (run.sample_stats or {}).get("lp")
-    if lp is None:
-        out["ess_lp"] = out["rhat_lp"] = out["nrhat_lp"] = math.nan
-    else:
-        ess_lp, rhat_lp = ess_rhat(np.asarray(lp))
-        out["ess_lp"], out["rhat_lp"] = float(ess_lp), float(rhat_lp)
-        out["nrhat_lp"] = float(nested_rhat(np.asarray(lp)))
+    diagnostics = run_diagnostics(run, x, chunk_size)
+    out: dict[str, float] = {k: diagnostics[k] for k in ("ess_f_min", "rhat_f_max", "nrhat_f_max", "ess_lp",
+                                                          "rhat_lp", "nrhat_lp")}
     out["ess_w_min"], out["rhat_w_max"] = _dataset_extremes(posterior_dataset(run.samples))
     return out

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..diagnostics.predictive import predictive_metrics
-from ..diagnostics.summary import mixing
+from ..diagnostics.summary import mixing, never_moved
 from ..inference import check_run
 from ..inference.checkpoint import CHECKPOINT_SECONDS
 from ..results import Run
@@ -123,7 +123,9 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
     ess = [row["ess_lp"], row["ess_f_min"]]
     ess = [e for e in ess if not math.isnan(e)]
     row["ess_per_s"] = min(ess) / row["wall_time_s"] if ess and row["wall_time_s"] > 0 else math.nan
-    reasons = verdict(row)
+    stuck = [f"chain {c['chain']} never moved (" + ("log density not finite at its start" if not
+             math.isfinite(c["lp"]) else "every proposal rejected") + ")" for c in never_moved(result)]
+    reasons = stuck + verdict(row)
     row["converged"], row["note"] = not reasons, "; ".join(reasons)
     return row
 

@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..diagnostics import cap_hits, plots, to_inference_data  # noqa: E402
+from ..diagnostics import cap_hits, never_moved, plots, to_inference_data  # noqa: E402
 from .compare import format_table  # noqa: E402
 from .study import safe_label  # noqa: E402
 
@@ -56,6 +56,10 @@ READING_GUIDE = """\
   max_leapfrog_steps, reached when the adapted trajectory length is held at that cap.
   Many hits mean every draw pays the full cost and the trajectory is shorter than the
   sampler asks for: raise the cap, or read ESS per gradient with that in mind.
+- **never moved** (a line under a run's heading, and the row's `note`): a chain whose every
+  draw is its start. Where its log density is not finite there, every proposal is rejected
+  and counted as a divergence (so "N divergences" can be one stuck chain); its draws are not
+  posterior draws.
 - **failed**: SG-MCMC chains whose iterates blew up (left the finite numbers,
   grew past 1e6 times their initial radius, or froze where the potential is not
   finite); their draws are not posterior draws. Empty for engines that do not check.
@@ -141,9 +145,9 @@ def cap_line(run) -> str | None:
 
 
 def _verdicts(run) -> list[str]:
-    """Lines on the run's own checks: trajectories at their cap, failed SG-MCMC chains, SVI fits
-    that did not converge."""
-    lines = []
+    """Lines on the run's own checks: chains that never moved, trajectories at their cap, failed
+    SG-MCMC chains, SVI fits that did not converge."""
+    lines = [f"**Chain {c['chain']} never moved**: {c['message'].split(': ', 1)[1]}." for c in never_moved(run)]
     capped = cap_line(run)
     if capped is not None:
         lines.append(f"**Cap hits**: {capped}")

@@ -140,7 +140,7 @@ def keep_chains(ok: Tensor, new: Tensor | tuple[Tensor, ...], old: Tensor | tupl
 
 
 def largest_curvature(value_and_grad, theta: Tensor, iterations: int = 20, relative_step: float = 0.1,
-                      seed: int = 0, directions: Tensor | None = None) -> float:
+                      seed: int = 0, directions: Tensor | None = None, return_direction: bool = False):
     r"""The largest eigenvalue :math:`\hat\lambda` of the Hessian of ``U`` around ``theta`` (``[C, D]``),
     by power iteration on central finite differences of the gradient; the largest over chains.
 
@@ -153,7 +153,8 @@ def largest_curvature(value_and_grad, theta: Tensor, iterations: int = 20, relat
     ``[C, D]`` to ``(U [C], grad [C, D])``; chains whose differences are not finite are left out
     (NaN when none is). The directions come from a private generator (``seed``), so the run's
     random stream is untouched. ``directions`` (``[D]`` bool) restricts v to those coordinates
-    (e.g. leaving out a pinned one).
+    (e.g. leaving out a pinned one). ``return_direction``: ``(lambda, v [C, D])``, each chain's
+    unit direction (None where no chain's difference was finite).
     """
     theta = theta.detach()
     generator = torch.Generator(device=theta.device).manual_seed(seed)
@@ -170,4 +171,38 @@ def largest_curvature(value_and_grad, theta: Tensor, iterations: int = 20, relat
         estimate = torch.where(ok[:, 0], (v * hv).sum(-1).abs(), estimate)
         v = torch.where(ok, hv / norm.clamp(min=torch.finfo(theta.dtype).tiny), v)
     finite = estimate[torch.isfinite(estimate)]
-    return float(finite.max()) if finite.numel() else math.nan
+    value = float(finite.max()) if finite.numel() else math.nan
+    if return_direction:
+        return value, (v if finite.numel() else None)
+    return value
+
+
+def sgld_variance_ratio(step_size: float, curvature: float, noise: float = 0.0) -> float:
+    r"""Stationary variance of SGLD over the exact one, :math:`1/\lambda`, on a Gaussian of curvature
+    :math:`\lambda` whose gradient carries minibatch noise of variance :math:`V` (``noise``):
+    :math:`x' = (1-\epsilon\lambda)x - \epsilon e + \sqrt{2\epsilon}\,\xi` gives
+
+    .. math:: \frac{\mathrm{Var}\,x}{1/\lambda} = \frac{1 + \epsilon V/2}{1 - \epsilon\lambda/2}
+
+    (inf where :math:`\epsilon\lambda \ge 2`: the step is unstable)."""
+    h = step_size * curvature
+    if not h < 2.0:
+        return math.inf
+    return (1.0 + step_size * noise / 2.0) / (1.0 - h / 2.0)
+
+
+def sghmc_variance_ratio(step_size: float, friction: float, curvature: float, noise: float = 0.0) -> float:
+    r"""Stationary variance of SGHMC (:func:`sghmc_step`, :math:`\hat\beta = 0`) over the exact one on a
+    Gaussian of curvature :math:`\lambda` with minibatch gradient noise of variance :math:`V`: the
+    linear recursion :math:`(x, v)' = A(x, v) + (1, 1)\,n`, :math:`A = [[1-\eta\lambda, 1-\alpha],
+    [-\eta\lambda, 1-\alpha]]`, :math:`\mathrm{Var}\,n = 2\alpha\eta + \eta^2 V`, solved for its
+    stationary covariance :math:`\Sigma = A\Sigma A^\top + Q` (inf where it has none)."""
+    import numpy as np
+
+    eta, lam = step_size, curvature
+    a = np.array([[1.0 - eta * lam, 1.0 - friction], [-eta * lam, 1.0 - friction]])
+    if not np.all(np.abs(np.linalg.eigvals(a)) < 1.0):
+        return math.inf
+    q = (2.0 * friction * eta + eta * eta * noise) * np.ones((2, 2))
+    sigma = np.linalg.solve(np.eye(4) - np.kron(a, a), q.reshape(-1)).reshape(2, 2)
+    return float(sigma[0, 0] * lam)

@@ -439,3 +439,28 @@ def test_dataset_validates_fields():
     data = Dataset("toy", "classification", x, [0, 1, 1], x, [1, 0, 0], num_classes=2)
     assert data.y_train.dtype == torch.int64
     assert data.describe() == "toy: classification, 2 classes, 3 train / 3 test, input_dim=2"
+
+
+def test_data_far_from_unit_scale_get_a_one_line_warning():
+    import warnings
+
+    import torch
+
+    from bnnzoo.data.checks import scale_warning
+    from bnnzoo.inference import run
+    from bnnzoo.models import zoo
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(30, 1, generator=g) * 4
+    y = torch.cos(x[:, 0])
+    assert scale_warning(x, y, "regression") is None
+    raw = 300 + 77 * y / y.std()  # a target on its raw scale, sd 77
+    message = scale_warning(x, raw, "regression", "data 'user'")
+    assert message.startswith("data 'user': far from unit scale (the target has mean 2") and "and sd 77)" in message
+    assert "\n" not in message
+    assert "input column(s) (0)" in scale_warning(x * 1000, y, "regression")
+    assert scale_warning(x, torch.zeros(30, dtype=torch.long), "classification") is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = run(zoo.cosine_mlp(hidden=2), (x, raw), engine="rwmh", num_samples=3, warmup_steps=3, progress=False)
+    assert [str(w.message) for w in caught if "far from unit scale" in str(w.message)] == [r.notes["data_scale"]]

@@ -16,8 +16,9 @@ def test_summary_extends_az_summary(rwmh_run):
     assert {"ess_bulk_per_s", "ess_tail_per_s", "sparsity", "r_hat", "ess_bulk"} <= set(table.columns)
     np.testing.assert_allclose(table.loc[base.index, "mean"], base["mean"])
     np.testing.assert_allclose(table["ess_bulk_per_s"], table["ess_bulk"] / rwmh_run.wall_time)
-    lp = az.summary(idata, group="sample_stats", var_names=["lp"])
-    assert table.loc["lp", "ess_bulk"] == lp.loc["lp", "ess_bulk"]
+    lp = az.summary(idata, group="sample_stats", var_names=["lp"], round_to="none")
+    assert table.loc["lp", "ess_bulk"] == pytest.approx(lp.loc["lp", "ess_bulk"], rel=1e-6)  # unrounded
+    assert table.loc["lp", "r_hat"] == pytest.approx(lp.loc["lp", "r_hat"], rel=1e-6)
     w = rwmh_run.samples["layers.1.weight"][:, :, 0, 2]
     assert table.loc["layers.1.weight[0, 2]", "sparsity"] == pytest.approx(np.mean(np.abs(w) < 1e-2))
     acc = rwmh_run.sample_stats["acceptance_rate"].mean(1)
@@ -130,3 +131,56 @@ def test_cap_hits_of_chees_and_of_engines_without_a_cap(rwmh_run):
     assert chain_table(rwmh_run)["cap_hits"].isna().all()
     table = summary(rwmh_run)
     assert math.isnan(table.attrs["cap_hits"]) and table["cap_hits"].isna().all() and table.attrs["cap"] is None
+
+
+def stuck(run, chain=1):
+    """``run`` with chain ``chain`` held at a start whose log density is not finite: every draw its
+    first, lp -inf, every proposal rejected and counted as a divergence (what RWMH does there)."""
+    samples = {k: v.copy() for k, v in run.samples.items()}
+    for v in samples.values():
+        v[chain] = v[chain, :1]
+    stats = {k: np.array(v, dtype=float if k != "diverging" else bool) for k, v in run.sample_stats.items()}
+    stats["lp"][chain] = -np.inf
+    stats["acceptance_rate"][chain] = 0.0
+    stats["diverging"][chain] = True
+    return dataclasses.replace(run, samples=samples, sample_stats=stats)
+
+
+def test_a_chain_that_never_moved_is_named_everywhere(rwmh_run):
+    from bnnzoo.diagnostics import never_moved, run_diagnostics
+
+    bad = stuck(rwmh_run)
+    found = never_moved(bad)
+    assert [c["chain"] for c in found] == [1]
+    assert found[0]["message"].startswith("chain 1 never moved: its log density is not finite at the start "
+                                          "(lp -inf at all 60 draws")
+    assert "likely cause" in found[0]["message"]
+    assert never_moved(rwmh_run) == []
+    assert summary(bad).attrs["never_moved"] == [found[0]["message"]]
+    assert list(chain_table(bad)["moved"]) == [True, False, True]
+    # the same from the run and from its InferenceData (what inspect reads)
+    assert [c["message"] for c in run_diagnostics(to_inference_data(bad))["never_moved"]] == [found[0]["message"]]
+
+
+def test_run_diagnostics_are_the_same_from_the_run_and_its_inference_data(rwmh_run):
+    from bnnzoo.diagnostics import run_diagnostics
+
+    from_run, from_idata = run_diagnostics(rwmh_run), run_diagnostics(to_inference_data(rwmh_run))
+    for key in ("ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "acceptance", "divergences"):
+        assert from_run[key] == pytest.approx(from_idata[key], rel=1e-6), key
+    table = summary(rwmh_run)
+    assert table.loc["lp", "r_hat"] == pytest.approx(from_run["rhat_lp"], rel=1e-12)  # unrounded
+    assert mixing(rwmh_run)["rhat_lp"] == from_run["rhat_lp"]
+
+
+def test_the_trace_says_which_chain_it_could_not_draw(rwmh_run):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bnnzoo.diagnostics import plot_trace
+
+    fig = plot_trace(stuck(rwmh_run))
+    assert fig.axes[0].get_title(loc="left") == "lp (chain 1 not drawn: never finite)"
+    plt.close(fig)

@@ -67,3 +67,18 @@ def test_cap_line_of_chees_and_none_without_hits(rwmh_run):
                                "the trajectory length is held at its cap, so the draws cost 50 gradients each; "
                                "raise max_leapfrog_steps or expect a shorter trajectory than the adaptation asks for.")
     assert cap_line(rwmh_run) is None
+
+
+def test_a_chain_that_never_moved_is_named_in_the_report_the_table_and_inspect(rwmh_run, tmp_path, capsys):
+    from bnnzoo.cli import main
+    from bnnzoo.experiments.compare import _row
+    from tests.diagnostics.test_summary import stuck
+
+    bad = stuck(rwmh_run)
+    path = write_report(pd.DataFrame([{"engine": "rwmh"}]), {"rwmh": bad}, tmp_path, "t")
+    text = path.read_text()
+    assert "**Chain 1 never moved**: its log density is not finite at the start" in text
+    assert "chain 1 never moved (log density not finite at its start)" in _row("rwmh", "rwmh", bad)["note"]
+    assert main(["inspect", str(tmp_path / "rwmh.nc")]) == 0
+    out = capsys.readouterr().out
+    assert "  chain 1 never moved: its log density is not finite at the start" in out

@@ -1,4 +1,4 @@
-"""compile="auto": the rule, the record of compile times, the fallbacks, and a run that compiles."""
+"""compile="auto": the rule (a function of the run's inputs, never of a clock), the fallbacks, and a run that compiles."""
 
 import math
 import os
@@ -8,17 +8,11 @@ import torch
 
 from bnnzoo.data import load
 from bnnzoo.inference import compilation, run
-from bnnzoo.inference.compilation import AutoCompile, CompileRecord, check_compile, pays_back
+from bnnzoo.inference.compilation import AutoCompile, check_compile, pays_back
 from bnnzoo.inference.kernels import ChEESHMC, hmc
 from bnnzoo.inference.potential import BNNPotential, analytic
 from bnnzoo.models import BNN, zoo
 from tests.support.cases import needs_compiler
-
-
-@pytest.fixture(autouse=True)
-def own_cache(tmp_path, monkeypatch):
-    """Every test keeps its compile record (not the inductor cache) in its own folder."""
-    monkeypatch.setenv("BNNZOO_CACHE", str(tmp_path / "cache"))
 
 
 @pytest.mark.parametrize("value", [True, False, "auto"])
@@ -44,78 +38,77 @@ def test_pays_back_when_the_saving_exceeds_the_compile():
     assert pays_back(rest_seconds=12.0, compile_seconds=10.0, speedup=10.0)
 
 
-def test_record_round_trip(tmp_path):
-    record = CompileRecord(tmp_path / "r.json")
-    assert record.get("net") is None
-    record.put("net", 3.25)
-    record.put("other", 20.0)
-    assert CompileRecord(tmp_path / "r.json").get("net") == 3.25
-    record.put("fast", 4.0, speedup=4.567)
-    again = CompileRecord(tmp_path / "r.json")
-    assert again.speedup("net") is None and again.speedup("fast") == 4.57 and again.get("fast") == 4.0
-    (tmp_path / "r.json").write_text('{"old": 7.5}')  # the earlier format: seconds alone
-    assert record.get("old") == 7.5 and record.speedup("old") is None
-    (tmp_path / "r.json").write_text("not json")
-    assert record.get("net") is None  # an unreadable record is no record
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
 def cosine_potential():
     data = load("cosine", seed=0)
     return BNNPotential(BNN(zoo.cosine_mlp(hidden=4)), data.x_train, data.y_train)
 
 
+class NoClock:
+    """A clock that must not be read: the decision is a function of the run's inputs."""
+
+    def __call__(self):
+        raise AssertionError("compile='auto' read the clock")
+
+
 @pytest.fixture
-def clocked(monkeypatch):
-    """A compiler that is there, a clock the test moves, and the small cosine potential with the
-    signature of its 4-chain batch: ``(clock, potential, key)``."""
+def unclocked(monkeypatch):
+    """A compiler that is there, no clock to read (``time.perf_counter`` fails), and the small
+    cosine potential."""
     monkeypatch.setattr(compilation, "compiler_available", lambda: True)
-    clock = Clock()
-    monkeypatch.setattr(compilation.time, "perf_counter", clock)
-    potential = cosine_potential()
-    return clock, potential, compilation.signature(potential, torch.zeros(4, potential.dim))
+    import time
+
+    monkeypatch.setattr(time, "perf_counter", NoClock())
+    return cosine_potential()
 
 
-def drive(policy, clock, iterations, seconds_per_step, steps):
-    theta = torch.zeros(4, policy.potential.dim)
+def drive(policy, iterations, steps, chains=4):
+    theta = torch.zeros(chains, policy.potential.dim)
     for _ in range(iterations):
-        clock.now += seconds_per_step * steps
         policy.observe(steps, theta)
 
 
-@pytest.mark.parametrize("seconds_per_step, compiles", [(1e-3, True), (1e-5, False)])
-def test_decides_from_the_measured_rest_of_the_run(monkeypatch, seconds_per_step, compiles):
-    monkeypatch.setattr(compilation, "compiler_available", lambda: True)
-    clock = Clock()
-    monkeypatch.setattr(compilation.time, "perf_counter", clock)
-    potential = cosine_potential()
-    policy = AutoCompile(potential, total_iterations=1000, decide_at=50)
-    drive(policy, clock, 49, seconds_per_step, steps=100)
+@pytest.mark.parametrize("total, compiles", [(1_000_000, True), (1000, False)])
+def test_decides_from_the_modeled_rest_of_the_run(unclocked, total, compiles):
+    potential = unclocked
+    per_step = compilation.modeled_step_seconds(potential, torch.zeros(4, potential.dim))
+    policy = AutoCompile(potential, total_iterations=total, decide_at=50)
+    drive(policy, 49, steps=100)
     assert policy.decision is None and not potential.compile
-    drive(policy, clock, 1, seconds_per_step, steps=100)
-    # 950 iterations x 100 steps left: 95 s eagerly at 1 ms a step (saves 71 s > COLD_SECONDS), 0.95 s at 10 us
+    drive(policy, 1, steps=100)
+    rest = (total - 50) * 100 * per_step
+    assert compiles is (rest * (1 - 1 / 4) > compilation.COMPILE_SECONDS)  # the cases are on either side
     assert potential.compile is compiles and policy.compiled is compiles
     assert policy.note().startswith("auto: compiled" if compiles else "auto: eager")
-    assert "at iteration 50" in policy.note() and f"compile expected {compilation.COLD_SECONDS:.1f} s" in policy.note()
+    assert "at iteration 50" in policy.note() and f"about {rest:.0f} s left eagerly" in policy.note()
 
 
-def test_a_recorded_compile_time_is_the_estimate(monkeypatch):
-    monkeypatch.setattr(compilation, "compiler_available", lambda: True)
-    clock = Clock()
-    monkeypatch.setattr(compilation.time, "perf_counter", clock)
-    potential = cosine_potential()
-    theta = torch.zeros(4, potential.dim)
-    CompileRecord().put(compilation.signature(potential, theta), 0.5)
-    policy = AutoCompile(potential, total_iterations=100, decide_at=20)
-    drive(policy, clock, 20, 1e-3, steps=100)  # 8 s left eagerly: pays a 0.5 s compile, not a cold one
-    assert potential.compile and "compile expected 0.5 s" in policy.note()
+def test_the_decision_is_the_same_whatever_ran_before(unclocked):
+    """Two runs of one network in one process decide alike: nothing of the first is kept."""
+    notes = []
+    for _ in range(2):
+        potential = cosine_potential()
+        policy = AutoCompile(potential, total_iterations=200_000, decide_at=11)
+        drive(policy, 20, steps=50)
+        potential.compile_seconds = 3.0  # a compile happened: it changes nothing for the next run
+        policy.finish()
+        notes.append(policy.note())
+    assert notes[0] == notes[1] and notes[0].startswith("auto: compiled at iteration 11")
+
+
+def test_the_step_model_follows_the_benchmarks():
+    """The modeled eager step is within a factor of 2.5 of the eager gradients of
+    ``benchmarks/results/gradient.md`` (cosine MLP 1-50-1, N=100; digits MLP, N=1000)."""
+    cosine = BNNPotential(BNN(zoo.cosine_mlp(hidden=50)), torch.zeros(100, 1), torch.zeros(100))
+    for chains, measured in [(1, 69.1e-6), (8, 8 * 19.4e-6), (32, 32 * 13.8e-6)]:
+        modeled = compilation.modeled_step_seconds(cosine, torch.zeros(chains, cosine.dim))
+        assert measured / 2.5 < modeled < measured * 2.5, (chains, modeled)
+    digits = BNN(zoo.digits_mlp())
+    if digits.num_params == 26122:
+        x, y = torch.zeros(1000, 64), torch.zeros(1000, dtype=torch.long)
+        large = BNNPotential(digits, x, y)
+        for chains, measured in [(1, 2052e-6), (8, 8 * 3614e-6)]:
+            modeled = compilation.modeled_step_seconds(large, torch.zeros(chains, large.dim))
+            assert measured / 2.5 < modeled < measured * 2.5, (chains, modeled)
 
 
 def test_no_compiler_runs_eagerly_with_a_notice(monkeypatch):
@@ -147,24 +140,17 @@ def test_short_runs_stay_eager():
 
 
 @needs_compiler
-def test_a_run_that_pays_compiles_midway_and_records_it(monkeypatch):
-    monkeypatch.setattr(compilation, "COLD_SECONDS", 0.0)  # any saving pays
-    monkeypatch.setattr(compilation, "_COMPILED_HERE", set())  # as if no other test had compiled it
+def test_a_run_that_pays_compiles_midway(monkeypatch):
+    monkeypatch.setattr(compilation, "COMPILE_SECONDS", 0.0)  # any saving pays
     r = run("cosine_mlp", "cosine", engine="fixed_hmc", num_samples=30, warmup_steps=0, num_chains=2,
             num_steps=5, step_size=1e-3, progress=False)
     assert r.notes["compile"].startswith(f"auto: compiled at iteration {compilation.PROBE + 1}:")
     assert r.compile_seconds > 0 and math.isfinite(float(r.sample_stats["lp"].mean()))
-    records = CompileRecord()._read()
-    assert len(records) == 1
-    (key,) = records
-    assert CompileRecord().get(key) == pytest.approx(r.compile_seconds, abs=1e-3)
-    assert CompileRecord().speedup(key) > 0  # measured over the iterations after the compiling one
 
 
 @needs_compiler
 def test_batched_nuts_compiles_midway_too(monkeypatch):
-    monkeypatch.setattr(compilation, "COLD_SECONDS", 0.0)
-    monkeypatch.setattr(compilation, "_COMPILED_HERE", set())
+    monkeypatch.setattr(compilation, "COMPILE_SECONDS", 0.0)
     r = run("cosine_mlp", "cosine", engine="batched_nuts", num_samples=20, warmup_steps=0, num_chains=2,
             max_tree_depth=3, step_size=1e-3, progress=False)
     assert r.notes["compile"].startswith(f"auto: compiled at iteration {compilation.PROBE + 1}:")
@@ -173,7 +159,7 @@ def test_batched_nuts_compiles_midway_too(monkeypatch):
 
 @needs_compiler
 def test_a_failed_compile_goes_on_eagerly(monkeypatch):
-    monkeypatch.setattr(compilation, "COLD_SECONDS", 0.0)
+    monkeypatch.setattr(compilation, "COMPILE_SECONDS", 0.0)
 
     def broken(name):
         raise RuntimeError("no inductor today")
@@ -189,6 +175,7 @@ def test_a_failed_compile_goes_on_eagerly(monkeypatch):
 def test_every_compile_uses_the_persistent_inductor_cache_unless_one_is_chosen(tmp_path, monkeypatch, chosen):
     """compile=True as well as "auto": torch writes its own default into the environment at
     its first compile, so the cache must be chosen before then."""
+    monkeypatch.setenv("BNNZOO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / str(chosen)))  # restored afterwards
     if chosen is None:
         monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
@@ -203,42 +190,17 @@ def test_every_compile_uses_the_persistent_inductor_cache_unless_one_is_chosen(t
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(want)
 
 
-def test_a_graph_compiled_in_this_process_is_free_and_not_recorded(monkeypatch, clocked):
-    clock, potential, key = clocked
-    CompileRecord().put(key, 20.0)
-    monkeypatch.setattr(compilation, "_COMPILED_HERE", {key})
-    policy = AutoCompile(potential, total_iterations=100, decide_at=20)
-    drive(policy, clock, 1, 1e-4, steps=100)  # compiled at once: the graphs cost nothing
-    assert potential.compile and policy.note() == ("auto: compiled at iteration 1 (this process has "
-                                                   "compiled this network and batch already)")
-    drive(policy, clock, 99, 1e-4, steps=100)
-    potential.compile_seconds = 0.001  # the reused graph's "compile"
-    policy.finish()
-    assert CompileRecord().get(key) == 20.0  # the first compile's time stays the estimate
-
-
-def test_the_projection_uses_the_mean_steps_of_the_probe(monkeypatch):
+def test_the_projection_uses_the_mean_steps_of_the_probe(unclocked):
     """ChEES jitters its step count: the rest of the run is projected at the probe's mean, not
     at whatever the last iteration drew."""
-    monkeypatch.setattr(compilation, "compiler_available", lambda: True)
-    clock = Clock()
-    monkeypatch.setattr(compilation.time, "perf_counter", clock)
-    potential = cosine_potential()
-    policy = AutoCompile(potential, total_iterations=1010, decide_at=11)
-    for steps in [100] * 10 + [1]:  # the probe (the last 10 iterations): mean 90.1 steps; the last drew 1
-        drive(policy, clock, 1, 1e-3, steps=steps)
-    # 999 iterations x 90.1 steps x 1 ms: about 90 s left; at the last iteration's 1 step, 1 s
-    assert potential.compile and "about 90 s left eagerly" in policy.note()
-
-
-@needs_compiler
-def test_a_compile_true_run_makes_the_next_auto_run_compile_at_once(monkeypatch):
-    monkeypatch.setattr(compilation, "_COMPILED_HERE", set())
-    options = dict(engine="fixed_hmc", num_samples=15, warmup_steps=0, num_chains=2, num_steps=3,
-                   step_size=1e-3, progress=False)
-    run("cosine_mlp", "cosine", compile=True, **options)
-    r = run("cosine_mlp", "cosine", **options)
-    assert r.notes["compile"].startswith("auto: compiled at iteration 1 (this process has compiled")
+    potential = unclocked
+    per_step = compilation.modeled_step_seconds(potential, torch.zeros(4, potential.dim))
+    policy = AutoCompile(potential, total_iterations=1_000_011, decide_at=11)
+    drive(policy, 1, steps=100)
+    for steps in [100] * 9 + [1]:  # the probe (the last 10 iterations): mean 90.1 steps; the last drew 1
+        drive(policy, 1, steps=steps)
+    assert f"about {1_000_000 * 90.1 * per_step:.0f} s left eagerly" in policy.note()
+    assert "90.1 leapfrog steps per iteration" in policy.note()
 
 
 @needs_compiler
@@ -308,47 +270,12 @@ def test_a_compiled_chees_run_compiles_the_four_step_graph_alone(monkeypatch):
     assert r.sample_stats["lp"].shape == (4, 5)
 
 
-@pytest.mark.parametrize("recorded_speedup, compiles", [(None, True), (1.5, False)])
-def test_a_speedup_measured_here_before_is_the_estimate(recorded_speedup, compiles, clocked):
-    clock, potential, key = clocked
-    CompileRecord().put(key, 20.0, speedup=recorded_speedup)
-    policy = AutoCompile(potential, total_iterations=411, decide_at=11)
-    drive(policy, clock, 11, 1e-3, steps=100)
-    # 400 iterations x 100 steps x 1 ms = 40 s left: saves 30 s > 20 s at the 4x assumed for this
-    # small network, 13 s at the 1.5x measured
-    assert potential.compile is compiles
-    expected = "speed-up 4x assumed" if recorded_speedup is None else "speed-up 1.5x measured here before"
-    assert expected in policy.note()
-
-
 def test_the_assumed_speedup_follows_the_work_per_gradient():
     small = cosine_potential()  # 4 chains x 100 rows x 13 parameters
     assert compilation.assumed_speedup(small, torch.zeros(4, small.dim)) == compilation.ASSUMED_SPEEDUP_SMALL
     data = load("digits", seed=0, n_train=200)
     large = BNNPotential(BNN(zoo.digits_mlp(hidden=32)), data.x_train, data.y_train)  # 200 x 3.5k x 8 > 1M
     assert compilation.assumed_speedup(large, torch.zeros(8, large.dim)) == compilation.ASSUMED_SPEEDUP
-
-
-def test_a_compiled_run_measures_its_speedup_and_records_it(monkeypatch):
-    monkeypatch.setattr(compilation, "compiler_available", lambda: True)
-    monkeypatch.setattr(compilation, "COLD_SECONDS", 0.0)
-    clock = Clock()
-    monkeypatch.setattr(compilation.time, "perf_counter", clock)
-    potential = cosine_potential()
-    policy = AutoCompile(potential, total_iterations=100, decide_at=11)
-    drive(policy, clock, 11, 1e-3, steps=100)  # eager: 1 ms a step
-    assert potential.compile
-    drive(policy, clock, 1, 0.3, steps=100)  # the iteration that compiles: 30 s, not counted
-    drive(policy, clock, compilation.PROBE - 1, 2.5e-4, steps=100)  # compiled: 0.25 ms a step
-    potential.compile_seconds = 5.0  # a graph first needed in the last of them: its 5 s are not counted
-    clock.now += 5.0
-    drive(policy, clock, 1, 2.5e-4, steps=100)
-    assert policy.speedup == pytest.approx(4.0)
-    drive(policy, clock, 5, 1.0, steps=100)  # later iterations change nothing
-    potential.compile_seconds = 35.0
-    policy.finish()
-    key = compilation.signature(potential, torch.zeros(4, potential.dim))
-    assert CompileRecord().get(key) == 35.0 and CompileRecord().speedup(key) == 4.0
 
 
 def test_only_four_step_kernels_assume_the_small_network_speedup():
@@ -372,67 +299,6 @@ def test_auto_compile_decides_after_the_kernels_own_first_mass_window():
     late = ChEESHMC(potential=small, num_chains=4, mass_schedule="late")
     assert _auto_compile(stan, small, 200, 100, 1).decide_at == 100 + compilation.PROBE  # Stan's (75, 100)
     assert _auto_compile(late, small, 200, 100, 1).decide_at == 155 + compilation.PROBE  # (140, 155)
-
-
-def test_eager_runs_owe_their_seconds_until_together_they_would_have_paid_the_compile(clocked, monkeypatch):
-    """Rent or buy: runs none of which pays a cold compile alone compile once the eager seconds the
-    earlier ones spent, with the rest of this one, would have paid it; the compile clears the debt."""
-    monkeypatch.setattr(compilation, "COLD_SECONDS", 20.0)  # the numbers below
-    clock, potential, key = clocked
-    owed = []
-    for _ in range(3):
-        potential.compile = False
-        policy = AutoCompile(potential, total_iterations=100, decide_at=20)
-        drive(policy, clock, 100, 1e-3, steps=100)  # 0.1 s an iteration: 8 s left at the decision
-        policy.finish()
-        owed.append(CompileRecord().eager_seconds(key))
-        if policy.compiled:
-            break
-    # 8 s x 3/4 saves 6 s < 20; with 9.9 s owed, 13.4 s < 20; with 19.8 s owed, 20.85 s > 20
-    assert owed[:2] == [pytest.approx(9.9), pytest.approx(19.8)]
-    assert policy.compiled and "at iteration 20" in policy.note() and "20 s eager on it before" in policy.note()
-    potential.compile_seconds = 12.0
-    policy.finish()
-    assert CompileRecord().get(key) == 12.0 and CompileRecord().eager_seconds(key) == 0.0
-
-
-def test_eager_seconds_that_pay_alone_compile_at_the_first_iteration(clocked, monkeypatch):
-    monkeypatch.setattr(compilation, "COLD_SECONDS", 20.0)  # the numbers below
-    clock, potential, key = clocked
-    CompileRecord().add_eager(key, 30.0)  # saves 22.5 s at the 4x assumed: more than a cold compile
-    policy = AutoCompile(potential, total_iterations=100, decide_at=20)
-    drive(policy, clock, 1, 1e-3, steps=100)
-    assert potential.compile and policy.note() == ("auto: compiled at iteration 1: 30 s eager on it before, "
-                                                   "compile expected 20.0 s, speed-up 4x assumed")
-
-
-def test_a_run_that_could_not_compile_owes_nothing(monkeypatch):
-    monkeypatch.setattr(compilation.shutil, "which", lambda name: None)
-    potential = cosine_potential()
-    with pytest.warns(UserWarning, match="no C.. compiler found"):
-        policy = AutoCompile(potential, total_iterations=10, decide_at=1)
-    drive(policy, Clock(), 10, 1e-3, steps=100)
-    policy.finish()
-    assert CompileRecord()._read() == {}
-
-
-@pytest.mark.parametrize("other", [None, "recorded", "compiled here"])
-def test_a_new_network_expects_less_once_another_has_paid_inductors_set_up(monkeypatch, clocked, other):
-    """Inductor's one-time set-up is most of a first compile; after another network's compile (in
-    this process, or recorded with this torch) a new one is expected to cost WARM_SECONDS."""
-    clock, potential, key = clocked
-    other_key = key.replace("batch=(4,", "batch=(16,")
-    if other == "recorded":
-        CompileRecord().put(other_key, 15.0)
-        CompileRecord().put("torch 0.0 | an older torch's", 1.0)
-    elif other == "compiled here":
-        monkeypatch.setattr(compilation, "_COMPILED_HERE", {other_key})
-    monkeypatch.setattr(compilation, "WARM_SECONDS", 5.0)
-    policy = AutoCompile(potential, total_iterations=100, decide_at=20)
-    drive(policy, clock, 20, 1e-3, steps=100)  # 8 s left: 6 s saved at 4x, more than 5 s, less than 20 s
-    expected = compilation.COLD_SECONDS if other is None else 5.0
-    assert f"compile expected {expected:.1f} s" in policy.note()
-    assert policy.compiled is (other is not None)
 
 
 def test_the_gradient_graph_called_once_is_not_compiled(monkeypatch):

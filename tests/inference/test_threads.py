@@ -3,7 +3,6 @@ restored."""
 
 import multiprocessing as mp
 import os
-import time
 
 import pytest
 import torch
@@ -25,7 +24,8 @@ def test_choose_threads(work, cores, busy, want):
     assert choose_threads(work, cores=cores, busy=busy) == want
 
 
-def _burn(stop) -> None:
+def _burn(stop, started) -> None:
+    started.set()
     while not stop.is_set():
         sum(i * i for i in range(10_000))
 
@@ -34,12 +34,12 @@ def _burn(stop) -> None:
 def test_a_process_burning_a_core_is_seen_at_once(monkeypatch):
     monkeypatch.setattr(threads_module, "_reading", None)
     context = mp.get_context("spawn")
-    stop = context.Event()
-    burner = context.Process(target=_burn, args=(stop,), daemon=True)
+    stop, started = context.Event(), context.Event()
+    burner = context.Process(target=_burn, args=(stop, started), daemon=True)
     burner.start()
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and threads_module._measure_busy(0.1) < 0.5:  # wait for it to start
+        started.wait()  # no clock: a slow machine waits for the burner to start, then for it to show
+        while threads_module._measure_busy(0.1) < 0.5:
             pass
         assert busy_cores() >= 1
         # so large work on this machine's cores leaves that one out

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 
 import pyro
 import torch
 
 from ... import validation
 from ...data import Dataset, check_data, load
+from ...data.checks import scale_warning
 from ...models import BNN, zoo
 from ...models.defaults import default_dtype
 from ...models.spec import spec_from
@@ -188,6 +190,9 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
     model = _resolve_model(model_or_spec)
     data, cast = _placed(_resolve_data(data, model, seed), device)
     host = _placed(data, torch.device("cpu"))[0]  # what the Run keeps
+    scale = scale_warning(data.x_train, data.y_train, model.task, f"data {data.name!r}")
+    if scale is not None:
+        warnings.warn(scale, stacklevel=3)
     engine_options, tuning = _recommended_options(spec, model, engine_options)
     counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
     if spec.kind == "mcmc":
@@ -211,7 +216,8 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
                          checkpoint=store, **engine_options)
         wall = time.perf_counter() - start
     # into the InferenceData's attrs too
-    draws.notes.update(tuning, threads=used, device=str(data.x_train.device), **cast)
+    draws.notes.update(tuning, threads=used, device=str(data.x_train.device), **cast,
+                       **({"data_scale": scale} if scale is not None else {}))
     if store is not None:
         store.finish({"draws": draws, "wall_time": wall})
     return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=host, wall_time=wall,

@@ -39,6 +39,7 @@ import numpy as np
 from pyro.infer.mcmc import HMC as PyroHMC
 from pyro.infer.mcmc import NUTS as PyroNUTS
 
+from ..potential.pyro_model import explained_initialization
 from ..options import Options, flag, fraction, integer, option, optional, positive
 from ..tuning import resolve_target_accept
 from .pyro_internals import PyroInternals, _finite_or_inf, _Transition
@@ -84,9 +85,10 @@ class HMCOptions(PyroOptions):
     """Options of the ``hmc`` engine and defaults of :class:`HMC`."""
 
     step_size: float = option(0.01, "initial step size (adapted when adapt_step_size)", positive)
-    num_steps: int = option(20, "leapfrog steps per transition (unless trajectory_length is given)", integer(1))
-    trajectory_length: float | None = option(None, "step_size * num_steps held fixed instead of num_steps",
-                                             optional(positive))
+    num_steps: int = option(20, "leapfrog steps per transition, whatever step size warm-up adapts (unless "
+                            "trajectory_length is given)", integer(1))
+    trajectory_length: float | None = option(None, "a fixed trajectory length instead: int(trajectory_length / "
+                                             "step_size) steps per transition (Pyro's rule)", optional(positive))
     adapt_step_size: bool = option(True, "adapt the step size during warm-up", flag)
 
     engine = "hmc"
@@ -122,7 +124,10 @@ class _RecordingMixin:
 
     def setup(self, warmup_steps, *args, **kwargs):
         PyroInternals.check(self)
-        return super().setup(warmup_steps, *args, **kwargs)
+        if self.model is None:
+            return super().setup(warmup_steps, *args, **kwargs)
+        with explained_initialization(self.model, args, kwargs):
+            return super().setup(warmup_steps, *args, **kwargs)
 
     def _kinetic_energy(self, r_unscaled):
         kinetic = super()._kinetic_energy(r_unscaled)
@@ -188,12 +193,29 @@ _DTYPES = {"diverging": bool, "n_steps": np.int64, "tree_depth": np.int64, "reac
 
 class HMC(_RecordingMixin, PyroHMC):
     """Pyro's :class:`pyro.infer.mcmc.HMC` with per-draw statistics
-    (adds ``n_steps``: leapfrog steps of the transition); defaults from :class:`HMCOptions`."""
+    (adds ``n_steps``: leapfrog steps of the transition); defaults from :class:`HMCOptions`.
+
+    ``num_steps`` is the number of leapfrog steps of every transition. (Pyro turns it into a
+    trajectory length, ``step_size x num_steps`` at the *initial* step size, and takes
+    ``int(length / step_size)`` steps at the adapted one: a step size that grows in warm-up left
+    a logistic regression one step per draw.) With ``trajectory_length`` given, Pyro's rule holds."""
 
     Options = HMCOptions
 
     def __init__(self, model=None, potential_fn=None, **kwargs):
-        super().__init__(model, potential_fn, **_with_defaults(HMCOptions, model, kwargs))
+        kwargs = _with_defaults(HMCOptions, model, kwargs)
+        # Pyro's rule: a given trajectory_length wins over num_steps
+        self._fixed_steps = int(kwargs["num_steps"]) if kwargs.get("trajectory_length") is None \
+            and kwargs.get("num_steps") is not None else None
+        super().__init__(model, potential_fn, **kwargs)
+
+    @property
+    def num_steps(self) -> int:
+        """Leapfrog steps of the next transition: ``num_steps`` as given, else Pyro's
+        ``max(1, int(trajectory_length / step_size))``."""
+        if getattr(self, "_fixed_steps", None) is not None:
+            return self._fixed_steps
+        return max(1, int(self.trajectory_length / self.step_size))
 
     def _tracking(self):
         return PyroInternals.tracked_integrator(self, self._record)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ... import validation
-from ..sgmcmc import sghmc_step
+from ..sgmcmc import sghmc_step, sghmc_variance_ratio
 from ..options import option, positive
 from .sgld import SGLD
 from .sgmcmc import AUTO, SGLDOptions, auto_or
@@ -84,6 +84,11 @@ class SGHMC(SGLD):
     def initial_aux(self, theta, step_size, inverse_temperature):
         aux = math.sqrt(step_size / inverse_temperature) * torch.randn_like(theta)
         return aux if self._pruner is None else self._pruner.apply(aux)
+
+    def variance_ratio(self, step_size, curvature, noise):
+        # the injected noise as if beta-hat were 0 (a noise estimate removes what it expects the
+        # minibatches to add)
+        return sghmc_variance_ratio(step_size, self.options.friction, curvature, noise)
 
     def step(self, theta, aux, grad, step_size, inverse_temperature):
         beta_hat = self._beta_hat(grad, step_size)

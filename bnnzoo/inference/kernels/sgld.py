@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..pruning import MagnitudePruning
-from ..sgmcmc import sgld_step
+from ..sgmcmc import sgld_step, sgld_variance_ratio
 from .sgmcmc import SGLDOptions, SGMCMCKernel
 
 __all__ = ["SGLD"]
@@ -35,4 +35,7 @@ class SGLD(SGMCMCKernel):
 
     def step(self, theta, aux, grad, step_size, inverse_temperature):
         return sgld_step(theta, grad, step_size, inverse_temperature), None
+
+    def variance_ratio(self, step_size, curvature, noise):
+        return sgld_variance_ratio(step_size, curvature, noise)
 

@@ -101,6 +101,10 @@ def minibatch_data(potential, rows: Tensor | None) -> tuple[Tensor, Tensor, floa
     return (*potential.minibatch(rows), potential.num_data / rows.shape[-1])
 
 
+#: minibatches whose gradients measure the gradient noise along the stiffest direction
+NOISE_BATCHES = 16
+#: an expected sd inflation above this is a warning
+INFLATION_WARNING = 1.1
 #: power iterations of the ``step_size="auto"`` curvature estimate (:func:`largest_curvature`)
 CURVATURE_ITERATIONS = 20
 #: step_size="auto": this over the curvature with the decaying polynomial schedule, 1 over it with another
@@ -241,6 +245,8 @@ class SGMCMCKernel(FlatKernel):
     def _reset(self) -> None:
         super()._reset()
         self._k = 0  # SG-MCMC iterations done (warm-up included)
+        # the expected sd inflation (inflation()): curvature, gradient noise, sum of variance ratios
+        self._inflation: dict | None = None
         self._aux: Tensor | None = None  # the momentum of SGHMC
         self._pruner = None
         self._last_lp: Tensor | None = None
@@ -335,6 +341,18 @@ class SGMCMCKernel(FlatKernel):
         notes = {"lp_estimate": LP_FULL_DATA if full_data else LP_NOTE, "iterations_per_draw": self.thin}
         if self.auto_values:  # what each "auto" option was set to (and the curvature the step came from)
             notes["auto_options"] = dict(self.auto_values)
+        inflation = self.inflation()
+        if inflation is not None:
+            r = inflation["sd_inflation"]
+            notes["expected_sd_inflation"] = (
+                f"about {r:.3g}x along the stiffest direction (curvature {inflation['curvature']:.3g}, minibatch "
+                f"gradient noise variance {inflation['gradient_noise']:.3g} along it, at the sampling step sizes; "
+                "a Gaussian's stationary sd of this update over the exact one)")
+            if r > INFLATION_WARNING:
+                warnings.warn(f"{type(self).__name__}: at its step sizes the posterior sd is expected to be "
+                              f"inflated about {r:.2f}x along the stiffest direction (discretisation and minibatch "
+                              "noise); a smaller step_size, a larger batch_size or more iterations of a decaying "
+                              "schedule lower it")
         return notes
 
     def check_batch_size(self, potential) -> None:
@@ -406,9 +424,56 @@ class SGMCMCKernel(FlatKernel):
             self._aux = keep_chains(ok, aux_new, self._aux)
         theta_new = torch.where(ok.unsqueeze(-1), theta_new, theta)
         self._step_size, self._tau = step_size, tau
+        if not self.in_warmup:
+            self._add_inflation(theta, step_size)
         theta_new = self.after_step(theta_new)
         self._check_failure(theta_new, force_ok, force_ok & ~finite)
         return theta_new, value, ~ok
+
+    # ------------------------------------------------- the expected sd inflation
+    def variance_ratio(self, step_size: float, curvature: float, noise: float) -> float | None:
+        """Stationary variance over the exact one along a direction of curvature ``curvature`` with
+        minibatch gradient noise ``noise`` at ``step_size`` (None: not known for this update)."""
+        return None
+
+    def _add_inflation(self, theta: Tensor, step_size: float) -> None:
+        """At each sampling iteration: the variance ratio of its step size, along the stiffest
+        direction at the first sampling point (its curvature and the minibatch gradient noise
+        along it, measured once there)."""
+        if self.variance_ratio(1.0, 1.0, 0.0) is None:
+            return
+        if self._inflation is None:
+            curvature, noise = self._stiffest(theta)
+            self._inflation = {"curvature": curvature, "noise": noise, "sum": 0.0, "count": 0}
+        info = self._inflation
+        if not (math.isfinite(info["curvature"]) and info["curvature"] > 0):
+            return
+        info["sum"] += self.variance_ratio(step_size, info["curvature"], info["noise"])
+        info["count"] += 1
+
+    def _stiffest(self, theta: Tensor) -> tuple[float, float]:
+        """The largest curvature of ``U`` at ``theta`` and the variance of the minibatch gradient
+        along its direction (over :data:`NOISE_BATCHES` minibatches; 0 with the full data), the
+        run's random stream untouched."""
+        with torch.random.fork_rng(devices=[theta.device] if theta.device.type == "cuda" else []):
+            curvature, direction = largest_curvature(self.potential.value_and_grad, theta, CURVATURE_ITERATIONS,
+                                                     return_direction=True)
+            if self.draw_rows() is None or direction is None:
+                return curvature, 0.0
+            projected = torch.stack([(self.force(theta, self.draw_rows())[1] * direction).sum(-1)
+                                     for _ in range(NOISE_BATCHES)])  # [M, C]
+        return curvature, float(projected.var(0).mean())
+
+    def inflation(self) -> dict | None:
+        """The expected posterior sd inflation along the stiffest direction, from the sampling
+        iterations' step sizes, the curvature and the minibatch gradient noise: ``{"sd_inflation",
+        "curvature", "gradient_noise"}`` (sd_inflation: the root of the mean variance ratio), None
+        where the update has no such formula or nothing was sampled."""
+        info = self._inflation
+        if info is None or not info["count"]:
+            return None
+        return {"sd_inflation": math.sqrt(info["sum"] / info["count"]), "curvature": info["curvature"],
+                "gradient_noise": info["noise"]}
 
     # ------------------------------------------------------------ failures
     def _check_failure(self, theta: Tensor, force_ok: Tensor, overflow: Tensor) -> None:

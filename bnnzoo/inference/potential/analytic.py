@@ -24,7 +24,7 @@ from ...models.bnn import ACTIVATION_FUNCTIONS
 from ...models.likelihoods import Bernoulli, Categorical, GaussianLikelihood
 from ...models.priors import Gaussian
 from ...models.spec import Dense
-from ..compilation import compiled_here, use_persistent_inductor_cache
+from ..compilation import use_persistent_inductor_cache
 from ..integrators import kinetic_energy, leapfrog_step
 
 if TYPE_CHECKING:
@@ -329,7 +329,6 @@ class AnalyticMixin:
             return getattr(self, name)(*args)
         self.compile_seconds += time.perf_counter() - start
         self._compiled_keys.add(key)
-        compiled_here(self, args[0])
         return out
 
 

@@ -11,6 +11,7 @@ import pyro
 import torch
 from torch.distributions import biject_to
 
+from ... import validation
 from ...models.bnn import BNN
 from ...models.l1 import prior_l1_weight
 from ...models.priors import Gaussian
@@ -57,7 +58,11 @@ class BNNPotential(FlatPotential, AnalyticMixin):
     def __init__(self, model: BNN, x: Tensor, y: Tensor, analytic: bool = True, compile: bool = False,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None):
         self.model = model
+        if dtype is not None:
+            validation.float_dtype("dtype", dtype)
         self.x = model.prepare_input(x).to(device=device, dtype=dtype)
+        if dtype is None and self.x.is_floating_point():
+            validation.float_dtype("x.dtype", self.x.dtype)  # data in float16 are refused too
         self.device, self.dtype = self.x.device, self.x.dtype
         y = model.observed(y).to(self.device)
         self.y = y.to(self.dtype) if y.is_floating_point() else y

@@ -109,6 +109,93 @@ def find_subsample_plates(model: Callable, args=(), kwargs=None) -> tuple[dict[s
     return plates, {p: sites for p, sites in local.items() if sites}
 
 
+# ------------------------------------------------------------ models that cannot start
+#: what Pyro's ``initialize_model`` says when no initial point has a finite potential
+PYRO_NO_VALID_INIT = "cannot find valid initial params"
+
+
+def _argument_names(model: Callable, args, kwargs) -> dict[str, object]:
+    """``{name: value}`` of the model's arguments (positional ones by their parameter names where
+    the signature gives them, else ``args[i]``)."""
+    import inspect
+
+    try:
+        bound = inspect.signature(model).bind_partial(*args, **kwargs).arguments
+        return dict(bound)
+    except (TypeError, ValueError):
+        return {**{f"args[{i}]": a for i, a in enumerate(args)}, **kwargs}
+
+
+def _nan_arguments(model: Callable, args, kwargs) -> list[str]:
+    """``"argument 'y' (1 of 10 values NaN)"`` for each tensor argument of the model holding a NaN."""
+    found = []
+    for name, value in _argument_names(model, args, kwargs).items():
+        if torch.is_tensor(value) and value.is_floating_point():
+            bad = int(torch.isnan(value).sum())
+            if bad:
+                found.append(f"argument {name!r} ({bad} of {value.numel()} values NaN)")
+    return found
+
+
+def explain_invalid_start(model: Callable, args=(), kwargs=None) -> str:
+    """Why a Pyro model has no finite log density at the points tried: the sites whose log density
+    is not finite on a trace with its latents drawn from their priors (an observed site: whether its
+    value holds a NaN, and which argument of the model does), and the model's tensor arguments that
+    hold a NaN."""
+    kwargs = kwargs or {}
+    sites = []
+    try:
+        with pyro.validation_enabled(False), torch.no_grad(), torch.random.fork_rng(devices=[]):
+            trace = poutine.trace(model).get_trace(*args, **kwargs)
+            for name, site in trace.nodes.items():
+                if site["type"] != "sample" or isinstance(site["fn"], _Subsample):
+                    continue
+                log_prob = site["fn"].log_prob(site["value"])
+                total = float(log_prob.sum()) if torch.is_tensor(log_prob) else float(log_prob)
+                if not torch.isfinite(torch.tensor(total)):
+                    kind = ("factor" if type(site["fn"]).__name__ == "Unit" else
+                            "observed" if site["is_observed"] else "latent")
+                    value = site["value"]
+                    held = (", its value holds NaN" if torch.is_tensor(value) and value.is_floating_point()
+                            and bool(torch.isnan(value).any()) else "")
+                    sites.append(f"site {name!r} ({kind}) has log density {total}{held}")
+    except Exception as err:  # the model fails on its prior draws too: say so, with what it said
+        sites.append(f"the model fails on a draw from its priors ({type(err).__name__}: {err})")
+    nans = _nan_arguments(model, args, kwargs)
+    parts = sites + ([f"the data hold NaN: {'; '.join(nans)}"] if nans else [])
+    why = "; ".join(parts) if parts else "no site's log density is non-finite at a draw from the priors"
+    return f"the model's log density is not finite at any initial point tried: {why}"
+
+
+def no_continuous_latent(model: Callable, args=(), kwargs=None) -> str:
+    """The refusal of a model with no continuous latent site (its discrete ones named)."""
+    with pyro.validation_enabled(False), torch.no_grad(), torch.random.fork_rng(devices=[]):
+        trace = poutine.trace(model).get_trace(*args, **(kwargs or {}))
+    discrete = [f"{name!r} ({type(site['fn']).__name__})" for name, site in trace.nodes.items()
+                if site["type"] == "sample" and not site["is_observed"] and not isinstance(site["fn"], _Subsample)]
+    if discrete:
+        return (f"the model has no continuous latent site to sample: its latent site(s) {', '.join(discrete)} "
+                "are discrete, which a gradient-based or flat-layout kernel cannot move; marginalise them "
+                "(pyro.infer.config_enumerate with Pyro's NUTS/HMC) or give them a continuous distribution")
+    return "the model has no latent site to sample (every sample site is observed)"
+
+
+@contextmanager
+def explained_initialization(model: Callable, args=(), kwargs=None) -> Iterator[None]:
+    """Pyro's ``"Model specification seems incorrect - cannot find valid initial params"`` (or, with
+    argument validation on, its refusal of a value or parameter outside a support), raised
+    inside this block, becomes a ValueError naming the site whose log density is not finite and the
+    data field that holds a NaN (:func:`explain_invalid_start`)."""
+    try:
+        yield
+    except ValueError as err:
+        # with Pyro's argument validation on, a NaN in the data or a parameter fails at the first
+        # trace instead ("Expected value argument ... within the support", "Expected parameter ...")
+        if PYRO_NO_VALID_INIT not in str(err) and not _out_of_support(err):
+            raise
+        raise ValueError(explain_invalid_start(model, args, kwargs)) from err
+
+
 class PyroPotential(FlatPotential):
     """Pyro's own potential of an arbitrary model, on the flat layout.
 
@@ -146,8 +233,10 @@ class PyroPotential(FlatPotential):
         #: what the subsample plates are conditioned on: all indices, or a minibatch's rows
         self._plate_rows = {name: torch.arange(size, device=self.device) for name, (size, _) in plates.items()}
         self._full_model = poutine.condition(model, data=self._plate_rows) if plates else model
-        with self._free():
+        with self._free(), explained_initialization(model, self._args, self._kwargs):
             init, fn, transforms, _ = initialize_model(self._full_model, self._args, self._kwargs)
+        if not init:
+            raise ValueError(no_continuous_latent(model, self._args, self._kwargs))
         self._fn = fn
         self.names = sorted(init)
         self.shapes = {n: tuple(init[n].shape) for n in self.names}

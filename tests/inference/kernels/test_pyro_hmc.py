@@ -99,3 +99,27 @@ def test_an_exploding_hmc_trajectory_is_an_infinite_energy_error():
     assert np.all(stats["acceptance_rate"] == 0) and stats["diverging"].all()
     assert np.all(np.isinf(stats["energy_error"])) and np.all(np.isinf(stats["max_energy_error"]))
     assert np.isfinite(stats["energy"]).all() and np.all(mu == mu[0])
+
+
+def logistic(x, y):
+    b = pyro.sample("b", dist.Normal(0.0, 3.0).expand([2]).to_event(1))
+    with pyro.plate("data", len(x)):
+        pyro.sample("y", dist.Bernoulli(logits=x @ b), obs=y)
+
+
+def test_num_steps_is_the_leapfrog_count_of_every_transition_whatever_warm_up_adapts():
+    """Pyro fixes the trajectory length at the initial step size x num_steps, so a step size that
+    grows in warm-up (here from 0.01 to about 0.5) left one leapfrog step per draw."""
+    torch.manual_seed(0)
+    x = torch.randn(100, 2)
+    y = torch.bernoulli(torch.sigmoid(x @ torch.tensor([1.5, -2.0])))
+    pyro.set_rng_seed(0)
+    kernel = HMC(logistic, num_steps=7)  # the default step size, 0.01, adapted
+    mcmc = MCMC(kernel, num_samples=40, warmup_steps=60, disable_progbar=True)
+    mcmc.run(x, y)
+    stats = mcmc._diagnostics[0]["sample_stats"]
+    assert float(kernel.step_size) > 0.02  # Pyro's rule would take fewer than 7 steps
+    assert np.all(stats["n_steps"] == 7)
+    # a trajectory length given: Pyro's rule, int(length / step size) steps
+    fixed = HMC(logistic, trajectory_length=1.0, step_size=0.25, adapt_step_size=False)
+    assert fixed.num_steps == 4

@@ -76,3 +76,49 @@ def test_every_kernel_samples_a_model_without_arguments_exactly(kernel_cls, opti
     mcmc.run()
     x = mcmc.get_samples(group_by_chain=True)["x"].double().numpy()[..., None]  # [4, draws, 1]
     assert_moments(x, np.array([1.0]), np.array([2.0]), min_ess=300)
+
+
+# ------------------------------------------------------------ models that cannot start, named
+def only_discrete(y):
+    z = pyro.sample("z", dist.Bernoulli(0.3))
+    with pyro.plate("data", len(y)):
+        pyro.sample("y", dist.Normal(z, 1.0), obs=y)
+
+
+def regression(x, y):
+    b = pyro.sample("b", dist.Normal(0.0, 1.0))
+    with pyro.plate("data", len(y)):
+        pyro.sample("obs", dist.Normal(b * x, 1.0), obs=y)
+
+
+def nan_factor(y):
+    b = pyro.sample("b", dist.Normal(0.0, 1.0))
+    pyro.factor("penalty", torch.tensor(float("nan")) * b)
+
+
+def test_a_model_whose_only_latent_is_discrete_is_refused_by_name():
+    from bnnzoo.inference.kernels import RandomWalkMH
+
+    with pytest.raises(ValueError, match=r"no continuous latent site to sample: its latent site\(s\) 'z' "
+                                         r"\(Bernoulli\) are discrete"):
+        RandomWalkMH(only_discrete).setup(5, torch.zeros(4))
+
+
+@pytest.mark.parametrize("kernel", ["rwmh", "nuts"])
+def test_nan_data_name_the_site_and_the_argument(kernel):
+    from bnnzoo.inference.kernels import NUTS, RandomWalkMH
+
+    x, y = torch.randn(10), torch.randn(10)
+    y[3] = float("nan")
+    k = RandomWalkMH(regression) if kernel == "rwmh" else NUTS(regression)
+    with pytest.raises(ValueError, match=r"site 'obs' \(observed\) has log density nan, its value holds NaN; "
+                                         r"the data hold NaN: argument 'y' \(1 of 10 values NaN\)"):
+        k.setup(5, x, y=y)
+
+
+def test_a_log_density_nan_everywhere_names_its_site():
+    from bnnzoo.inference.kernels import RandomWalkMH
+
+    with pytest.raises(ValueError, match=r"not finite at any initial point tried: site 'penalty' \(factor\) "
+                                         r"has log density nan$"):
+        RandomWalkMH(nan_factor).setup(5, torch.zeros(3))

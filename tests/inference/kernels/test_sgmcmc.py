@@ -293,3 +293,58 @@ def test_minibatches_need_data():
     kernel = SGLD(potential=gaussian_target(MEAN, COV), batch_size=10)
     with pytest.raises(ValueError, match="minibatches need a BNN model"):
         MCMC(kernel, num_samples=2, warmup_steps=0, disable_progbar=True).run()
+
+
+# ------------------------------------------------------------ the expected sd inflation
+def test_sghmc_variance_ratio_at_friction_one_is_sglds():
+    """With alpha = 1 SGHMC's recursion is SGLD's with epsilon = eta: the two formulas agree."""
+    from bnnzoo.inference.sgmcmc import sghmc_variance_ratio, sgld_variance_ratio
+
+    for step, curvature, noise in [(0.01, 50.0, 0.0), (0.001, 900.0, 7000.0), (0.3, 1.0, 2.0)]:
+        assert sghmc_variance_ratio(step, 1.0, curvature, noise) == pytest.approx(
+            sgld_variance_ratio(step, curvature, noise), rel=1e-9)
+    assert sgld_variance_ratio(0.01, 1.0) == pytest.approx(1 / (1 - 0.005))
+    assert sgld_variance_ratio(2.0, 1.0) == math.inf
+
+
+def test_sgld_reports_the_sd_inflation_its_step_sizes_give():
+    """A conjugate Gaussian linear regression written as a Pyro model with a subsample plate: SGLD's
+    automatic step size inflates the posterior sd (1.4-1.5x here); the run says how much, and the
+    measured inflation agrees with it within 5 Monte Carlo standard errors of the sd."""
+    import warnings
+
+    import arviz as az
+    import pyro
+    import pyro.distributions as dist
+
+    from bnnzoo.inference import MCMC, SGLD
+
+    torch.manual_seed(0)
+    n, b = 200, 20
+    x = torch.randn(n, 2)
+    y = x @ torch.tensor([1.0, -0.5]) + 0.5 * torch.randn(n)
+
+    def model(x, y):
+        w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        with pyro.plate("data", n, subsample_size=b) as i:
+            pyro.sample("y", dist.Normal(x[i] @ w, 0.5), obs=y[i])
+
+    exact_sd = torch.linalg.inv(torch.eye(2) + x.T @ x / 0.25).diagonal().sqrt().numpy()
+    pyro.set_rng_seed(1)
+    kernel = SGLD(model, batch_size=b, num_chains=4)
+    mcmc = MCMC(kernel, num_samples=600, warmup_steps=300, num_chains=4, chain_method="vectorized",
+                disable_progbar=True)
+    mcmc.run(x, y)
+    draws = mcmc.get_samples(group_by_chain=True)["w"].numpy()  # [chain, draw, 2]
+    ess = az.ess(az.convert_to_dataset({"w": draws}))["w"].values
+    assert ess.min() > 200  # enough for the sd's standard error below
+    measured = draws.reshape(-1, 2).std(0) / exact_sd
+    predicted = kernel.inflation()["sd_inflation"]
+    assert measured.min() > 1.2  # the bias is real
+    se = measured / np.sqrt(2 * ess)  # standard error of an sd from ESS draws
+    assert np.all(np.abs(measured - predicted) < 5 * se), (measured, predicted, se)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        notes = kernel.notes()
+    assert notes["expected_sd_inflation"].startswith(f"about {predicted:.3g}x along the stiffest direction")
+    assert any("inflated about" in str(w.message) for w in caught)

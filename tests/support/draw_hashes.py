@@ -1,0 +1,47 @@
+"""Run every engine's default configuration on a tiny model and print one hash of its draws per
+engine (JSON): ``tests/inference/test_reproducible.py`` runs this in fresh processes."""
+
+import dataclasses
+import hashlib
+import json
+import sys
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import numpy as np  # noqa: E402
+
+from bnnzoo.data import load  # noqa: E402
+from bnnzoo.inference import ENGINES, run  # noqa: E402
+from bnnzoo.models import GroupSpikeAndSlab, SpikeAndSlab, zoo  # noqa: E402
+
+
+def digest(result) -> str:
+    h = hashlib.sha256()
+    for name in sorted(result.samples):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(np.asarray(result.samples[name])).tobytes())
+    return h.hexdigest()[:16]
+
+
+def main() -> None:
+    warnings.simplefilter("ignore")
+    data = load("cosine", n_train=20, n_test=10)
+    spec = zoo.cosine_mlp(hidden=3)
+    specs = {"sghmc_group_ss": dataclasses.replace(spec, priors={"layers.0.weight": GroupSpikeAndSlab()}),
+             "sgld_sa": dataclasses.replace(spec, priors={"layers.0.weight": SpikeAndSlab()})}
+    specs["sghmc_sa"] = specs["sgld_sa"]
+    out = {}
+    for engine in sorted(ENGINES):
+        counts = {"num_steps": 300, "anneal_steps": 100} if engine == "svi" else {}  # VI's steps, its count
+        result = run(specs.get(engine, spec), data, **counts, engine=engine, num_samples=6, warmup_steps=6, num_chains=2, seed=3,
+                     progress=False)
+        out[engine] = digest(result)
+        if "-v" in sys.argv:
+            print(engine, result.wall_time, file=sys.stderr)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
