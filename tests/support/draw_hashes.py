@@ -17,12 +17,16 @@ from bnnzoo.inference import ENGINES, run  # noqa: E402
 from bnnzoo.models import GroupSpikeAndSlab, SpikeAndSlab, zoo  # noqa: E402
 
 
-def digest(result) -> str:
+def digest(result, stats: bool = False) -> str:
+    """sha256 of a Run's draws (each site by name, in order, as float64 bytes) and, with ``stats``,
+    of its per-draw statistics."""
     h = hashlib.sha256()
-    for name in sorted(result.samples):
-        h.update(name.encode())
-        h.update(np.ascontiguousarray(np.asarray(result.samples[name])).tobytes())
-    return h.hexdigest()[:16]
+    groups = [result.samples] + ([result.sample_stats] if stats else [])
+    for group in groups:
+        for name in sorted(group):
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(np.asarray(group[name], dtype=np.float64)).tobytes())
+    return h.hexdigest()
 
 
 def main() -> None:

@@ -6,12 +6,10 @@ An engine whose draws change on purpose gets its hash rewritten, and the commit 
 ``... --write ENGINE ...``.
 """
 
-import hashlib
 import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -19,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from bnnzoo.inference import ENGINES, run  # noqa: E402
 from tests.support import resume_child  # noqa: E402
+from tests.support.draw_hashes import digest  # noqa: E402
 
 STORE = Path(__file__).with_name("draw_hashes.json")
 
@@ -29,15 +28,7 @@ def draws_hash(engine: str) -> str:
     options = resume_child.settings(engine)
     if "compile" in ENGINES[engine].driver:
         options["compile"] = False
-    r = run(**options, progress=False, threads=1)
-    digest = hashlib.sha256()
-    for name in sorted(r.samples):
-        digest.update(name.encode())
-        digest.update(np.ascontiguousarray(np.asarray(r.samples[name], dtype=np.float64)).tobytes())
-    for name in sorted(r.sample_stats):
-        digest.update(name.encode())
-        digest.update(np.ascontiguousarray(np.asarray(r.sample_stats[name], dtype=np.float64)).tobytes())
-    return digest.hexdigest()
+    return digest(run(**options, progress=False, threads=1), stats=True)
 
 
 def stored() -> dict:
