@@ -349,8 +349,8 @@ class Study:
             else:
                 done[i] = Finished(cell, row, earlier=True)
         if dropped:
-            warnings.warn(f"{self.name}: resume=False: {len(dropped)} finished cell(s) in {self.store.out} run "
-                          f"afresh ({', '.join(dropped)})", stacklevel=4)
+            warnings.warn(f"{self.name}: starting afresh (resume=False, --fresh): {len(dropped)} finished cell(s) "
+                          f"in {self.store.out} run again ({', '.join(dropped)})", stacklevel=4)
         return done
 
     def _job(self, i: int, executor) -> tuple:

@@ -41,6 +41,7 @@ with the fields that differ.
 from __future__ import annotations
 
 import _thread
+import errno
 import hashlib
 import io
 import json
@@ -195,7 +196,9 @@ def lock_folder(directory, what: str = "folder"):
         return handle
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as err:
+        if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # a file system without locks
+            return handle
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()

@@ -77,7 +77,8 @@ def test_a_changed_cell_runs_again_and_resume_false_runs_all(cosine, tmp_path, c
     finished = Study(cells, cosine, MODEL, row=acceptance, out=tmp_path).run()
     assert ran == ["rwmh seed=1"] and [f.earlier for f in finished] == [True, False, True]
     ran.clear()
-    with pytest.warns(UserWarning, match=r"resume=False: 3 finished cell\(s\) in .* run afresh \(rwmh seed=0, "):
+    with pytest.warns(UserWarning, match=r"starting afresh \(resume=False, --fresh\): 3 finished cell\(s\) in .* run again "
+                                          r"\(rwmh seed=0, "):
         Study(cells, cosine, MODEL, row=acceptance, out=tmp_path, resume=False).run()
     assert ran == ["rwmh seed=0", "rwmh seed=1", "rwmh seed=2"]
 
