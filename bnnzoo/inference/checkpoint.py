@@ -145,7 +145,8 @@ def _verified(path: Path) -> bytes:
     payload = data[head:]
     if hashlib.sha256(payload).hexdigest().encode() != data[len(_MAGIC):head]:
         raise CheckpointCorrupt(f"checkpoint file {path} is truncated or corrupted: its SHA-256 does not match "
-                                f"({len(data)} bytes); delete the folder {Path(path).parent} to start afresh")
+                                f"({len(data)} bytes); the run cannot continue from it: start it afresh (without resume; "
+                                f"--fresh on the command line)")
     return payload
 
 
