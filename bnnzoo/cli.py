@@ -7,6 +7,7 @@ shows the traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import inspect
 import re
 import sys
@@ -86,7 +87,7 @@ def load_data(table: dict | str | None, seed: int):
     return load(name, **{"seed": seed, **options})
 
 
-def _compare(plan: dict, out: str, title: str, description: str, progress: bool, resume: bool = False,
+def _compare(plan: dict, out: str, title: str, description: str, progress: bool, resume: bool = True,
              checkpoint_every: int | None = None, checkpoint_seconds: float | None = 30.0, again: str = "",
              threads="auto") -> int:
     """Run the plan's engines with checkpoints in ``out``; on Ctrl-C, report what finished and how to go on."""
@@ -102,10 +103,10 @@ def _compare(plan: dict, out: str, title: str, description: str, progress: bool,
                               device=plan.get("device"), **common)
     except KeyboardInterrupt as stop:
         runs = getattr(stop, "runs", {})
-        if runs:
-            write_report(stop.table, runs, out, f"{title} (interrupted)", description)
         print(f"bnnzoo: interrupted; {len(runs)} finished engine(s) and the running engine's checkpoint are in "
-              f"{Path(out)}/; continue with: {again} --out {out} --resume", file=sys.stderr)
+              f"{Path(out)}/; continue with: {again} --out {out} --resume", file=sys.stderr, flush=True)
+        if runs:  # after the message: a second Ctrl-C here loses only this report
+            write_report(stop.table, runs, out, f"{title} (interrupted)", description)
         return 130
     print(format_table(table))
     path = write_report(table, runs, out, title, description)
@@ -322,7 +323,8 @@ def cmd_sweep(args) -> int:
         table = sweep(plan["spec"], data, plan["engines"], plan["grid"], plan["seeds"], out=args.out,
                       executor=executor, progress=not args.no_progress, threads=args.threads, dtype=plan["dtype"],
                       device=plan["device"],
-                      checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds, **counts)
+                      checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
+                      resume=not args.fresh, **counts)
     except KeyboardInterrupt as stop:
         done = len(getattr(stop, "finished", []))
         print(f"bnnzoo: interrupted; {done} of {len(plan['cells'])} cells finished and the running cells' "
@@ -334,14 +336,21 @@ def cmd_sweep(args) -> int:
 
 
 def _checkpointing(args) -> dict:
-    return {"resume": args.resume, "checkpoint_every": args.checkpoint_every,
+    if args.resume and args.fresh:
+        raise ValueError("--resume and --fresh: give one (--resume continues what --out holds, --fresh drops it)")
+    return {"resume": not args.fresh, "checkpoint_every": args.checkpoint_every,
             "checkpoint_seconds": args.checkpoint_seconds, "threads": args.threads}
 
 
 def _add_checkpoint_arguments(p, resume: bool = True) -> None:
+    what = "engines" if resume else "cells"
     if resume:
         p.add_argument("--resume", action="store_true",
-                       help="skip the engines that finished in --out and continue the one that was running")
+                       help="skip the engines that finished in --out and continue the one that was running "
+                            "(the default, as for bnnzoo sweep; kept for the commands printed before)")
+    p.add_argument("--fresh", action="store_true",
+                   help=f"run every one of the {what} afresh, dropping what --out holds (default: skip the "
+                        f"{what} that finished there and continue the running ones)")
     p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="save each running engine's state every N iterations (default: by time only)")
     p.add_argument("--checkpoint-seconds", type=float, default=30.0, metavar="T",
@@ -525,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="with --ray: cells running at once (default: the cluster's CPUs)")
     p.add_argument("--no-progress", action="store_true")
-    _add_checkpoint_arguments(p, resume=False)  # a sweep always continues: finished cells are skipped
+    _add_checkpoint_arguments(p, resume=False)  # a sweep continues unless --fresh: finished cells are skipped
     p.set_defaults(fn=cmd_sweep)
 
     p = sub.add_parser("list", help="priors, likelihoods, engines, datasets and zoo models; or one engine's options")
@@ -540,6 +549,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    code = _main(argv)
+    if code == 130 and argv is None:  # the command, interrupted: what matters is written; end now rather
+        sys.stdout.flush()            # than wait for torch's compile threads to finish their work
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     warnings.filterwarnings("ignore", message="num_chains=.*available_cpu")
     warnings.filterwarnings("ignore", category=FutureWarning)

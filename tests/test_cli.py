@@ -395,3 +395,24 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.strip() == f"bnnzoo {bnnzoo.__version__}"
+
+
+def test_running_a_folder_again_continues_it_as_a_sweep_does_and_fresh_starts_afresh(tmp_path, capsys):
+    """One rule for bnnzoo run and bnnzoo sweep: the same command again keeps the finished engines
+    (with or without --resume); --fresh runs them afresh and says which finished ones it drops."""
+    import os
+
+    spec, out = tmp_path / "run.toml", tmp_path / "out"
+    spec.write_text(TINY_MODEL_AND_DATA + '[[engines]]\nkind = "rwmh"\nnum_samples = 5\nwarmup_steps = 5\n')
+    argv = ["run", str(spec), "--out", str(out)]
+    assert main(argv + ["--no-progress"]) == 0
+    written = os.path.getmtime(out / "checkpoints" / "rwmh" / "result.pt")
+    capsys.readouterr()
+    assert main(argv) == 0 and main(argv + ["--resume"]) == 0
+    assert os.path.getmtime(out / "checkpoints" / "rwmh" / "result.pt") == written  # not run again
+    with pytest.warns(UserWarning, match=r"compare: starting afresh \(resume=False, --fresh\): 1 finished "
+                                         r"cell\(s\) in .* run again \(rwmh\)"):
+        assert main(argv + ["--fresh"]) == 0
+    assert os.path.getmtime(out / "checkpoints" / "rwmh" / "result.pt") != written
+    assert main(argv + ["--fresh", "--resume"]) == 1
+    assert "--resume and --fresh: give one" in capsys.readouterr().err

@@ -146,7 +146,7 @@ def ranked_table(rows: list[dict]) -> pd.DataFrame:
 
 
 def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 500, warmup_steps: int = 500,
-            num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
+            num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = True,
             checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
             threads="auto", dtype=None, device=None, executor="inprocess") -> tuple[pd.DataFrame, dict[str, Run]]:
     """Run several engines on the same model and data; one row per engine.
@@ -169,9 +169,10 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
         running engine's checkpoint under ``checkpoints/<label>/`` (a
         :class:`~bnnzoo.experiments.Study` with one cell per engine).
     resume : bool
-        Skip the engines that finished in ``checkpoint`` (their runs are loaded from their
-        checkpoints) and continue the ones that were running; an engine whose settings
-        changed since runs afresh.
+        With ``checkpoint`` (default True, as every study): skip the engines that finished in
+        ``checkpoint`` (their runs are loaded from their checkpoints) and continue the one that
+        was running from its checkpoint; an engine whose settings changed since runs afresh.
+        False: every engine afresh (a warning names the finished ones dropped).
     checkpoint_every, checkpoint_seconds
         How often the running engine's state is saved.
     threads : "auto", int or None
@@ -210,8 +211,6 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
             check_run(kind, **{**common, **options})
         except ValueError as err:
             raise ValueError(f"engines[{i}] ({kind}): {err}") from None
-    if resume and checkpoint is None:
-        raise ValueError("resume=True: give the checkpoint folder to continue from (checkpoint=DIR)")
     cells = [Cell(label, kind, {**common, **options}) for label, kind, options in items]
     study = Study(cells, data, model_or_spec, row=comparison_row, table=ranked_table,
                   table_name="comparison.csv", out=checkpoint, resume=resume, executor=executor, name="compare",

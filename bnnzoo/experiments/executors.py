@@ -27,6 +27,8 @@ __all__ = ["EXECUTORS", "InProcess", "RayExecutor", "executor_from"]
 
 #: seconds to wait for a Ray address to answer before calling it unreachable
 CONNECT_TIMEOUT = 5.0
+#: times a cell whose Ray worker died is run again
+RETRIES = 2
 
 
 class InProcess:
@@ -177,7 +179,9 @@ class RayExecutor:
     def map(self, fn: Callable, shared: tuple, jobs: Iterable[tuple[Any, tuple]],
             started: Callable[[Any], None]) -> Iterator[tuple[Any, Any]]:
         ray = self._ray
-        remote = ray.remote(num_cpus=1, max_retries=0)(fn)
+        # a worker that dies (killed, out of memory, a lost node) runs its cell again, which continues
+        # from the cell's checkpoint where the disk is shared; the cell's own errors are not retried
+        remote = ray.remote(num_cpus=1, max_retries=RETRIES)(fn)
         shared = [ray.put(value) for value in shared]
         jobs, running, slots = iter(jobs), {}, self.slots
         try:

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..diagnostics import cap_hits, never_moved, plots, to_inference_data  # noqa: E402
+from ..inference.checkpoint import write_atomic  # noqa: E402
 from .compare import format_table  # noqa: E402
 from .study import safe_label  # noqa: E402
 
@@ -188,7 +189,7 @@ def write_report(table: pd.DataFrame, runs: Mapping[str, object], out: str | Pat
              "## Comparison", "", format_table(table), ""]
     for label, run in runs.items():
         idata = to_inference_data(run)
-        idata.to_netcdf(str(out / f"{safe_label(label)}.nc"))
+        write_atomic(out / f"{safe_label(label)}.nc", lambda tmp: idata.to_netcdf(str(tmp)))  # never half a file
         lines += [f"## {label}", "",
                   f"{run.num_chains} chains x {run.num_draws} draws, {run.wall_time:.1f} s. "
                   f"Options: `{run.options}`", ""]

@@ -17,11 +17,14 @@ With an output folder ``out``, as soon as a cell finishes the study writes
 Each file is written under a temporary name and renamed. A running cell keeps its
 engine checkpoint in ``checkpoints/<label>/`` (:mod:`bnnzoo.inference.checkpoint`;
 a study that keeps runs keeps it after the cell finishes, to load the run from).
-Running the same study again (``resume=True``) skips the finished cells and
-continues the ones that were running from their checkpoints; a cell whose
-fingerprint changed runs afresh. A killed study loses only the work since the
-running cells' last checkpoints. On Ctrl-C or an error, the exception carries
-``finished``: the cells done so far.
+Running the same study again (``resume=True``, the default) skips the finished
+cells and continues the ones that were running from their checkpoints (a first
+run's too: ``checkpoints/<label>/cell.json`` is written before its cell starts); a
+cell whose fingerprint changed runs afresh. ``resume=False`` runs every cell
+afresh and warns when that drops finished cells. A killed study loses only the
+work since the running cells' last checkpoints. On Ctrl-C or an error, the
+exception carries ``finished``: the cells done so far. While it runs, the folder
+is locked (``.lock``): a second study in the same folder is refused.
 
 >>> from bnnzoo.experiments import Cell, Study
 >>> cells = [Cell(f"rwmh seed={s}", "rwmh", {"seed": s, "num_samples": 100}) for s in range(4)]
@@ -33,11 +36,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
 import sys
 import time
+import warnings
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +51,8 @@ import pandas as pd
 from .. import validation
 from ..diagnostics import to_inference_data
 from ..inference import check_run, run
-from ..inference.checkpoint import CHECKPOINT_SECONDS, fingerprint
+from ..inference.checkpoint import (CHECKPOINT_SECONDS, CheckpointCorrupt, fingerprint, folder_lock, read_json,
+                                    write_atomic)
 from ..inference.engines import resolve
 from ..inference.threads import check_threads
 from ..results import Run
@@ -125,14 +129,19 @@ def _execute(data, cell: Cell, model, settings: dict, row: Callable) -> _Outcome
 
 # ------------------------------------------------------------------ files
 def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(tmp)`` to a temporary file beside ``path``, then renamed over it: a kill leaves no half file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """``write(tmp)`` to a temporary file beside ``path``, then renamed over it: a kill or a full disk
+    leaves the previous file whole (the error names ``path``)."""
+    write_atomic(path, write)
+
+
+def _read_record(path: Path) -> dict | None:
+    """A JSON record, or None (with a warning naming it) when it is damaged: its cell runs again."""
     try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        record = read_json(path, "record")
+    except CheckpointCorrupt as err:
+        warnings.warn(f"{err}; that cell runs again", stacklevel=3)
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _plain(value):
@@ -164,19 +173,30 @@ class _Store:
         path = self.record(cell)
         if not path.exists() or not self.netcdf(cell).exists():
             return None
-        record = json.loads(path.read_text())
-        return record["row"] if record.get("fingerprint") == print_ else None
+        record = _read_record(path)
+        return record["row"] if record is not None and record.get("fingerprint") == print_ else None
 
-    def forget(self, cell: Cell) -> None:
-        self.record(cell).unlink(missing_ok=True)
+    def forget(self, cell: Cell) -> bool:
+        """Drop the cell's record; whether there was one."""
+        path = self.record(cell)
+        existed = path.exists()
+        path.unlink(missing_ok=True)
+        return existed
 
-    def resumable(self, cell: Cell, print_: dict) -> bool:
-        """Whether the cell's engine checkpoint was written by this very cell (else it starts afresh)."""
-        path = self.checkpoint(cell) / "cell.json"
-        if path.exists() and json.loads(path.read_text()) == print_:
-            return True
+    def prepare(self, cell: Cell, print_: dict, resume: bool) -> None:
+        """The cell's engine checkpoint folder, ready for a run with ``resume=True``: kept when it was
+        written by this very cell and ``resume``, else emptied; ``cell.json`` says whose it is. (A
+        first run writes it too, so that the run it starts can be continued, a retried task's included.)"""
+        folder = self.checkpoint(cell)
+        path = folder / "cell.json"
+        if resume and path.exists() and _read_record(path) == print_:
+            return
+        if folder.exists():
+            with folder_lock(folder, f"checkpoint folder of cell {cell.label!r}"):  # not in use elsewhere
+                for item in folder.iterdir():
+                    if item.name != ".lock":
+                        shutil.rmtree(item) if item.is_dir() else item.unlink()
         _write_json(path, print_)
-        return False
 
     def save(self, cell: Cell, print_: dict, result: Run, row: dict, keep_checkpoint: bool) -> None:
         """The cell's NetCDF, then its record; its engine checkpoint (the finished run, for
@@ -280,7 +300,14 @@ class Study:
 
     # ------------------------------------------------------------ running
     def run(self) -> list[Finished]:
-        """Run the cells not finished yet; every cell's :class:`Finished`, in cell order."""
+        """Run the cells not finished yet; every cell's :class:`Finished`, in cell order. The output
+        folder is locked meanwhile: a second process is refused (:class:`FolderLocked`)."""
+        if self.store is None:
+            return self._run()
+        with folder_lock(self.store.out, "output folder"):
+            return self._run()
+
+    def _run(self) -> list[Finished]:
         finished = self._earlier()
         self._start, self._running = time.monotonic(), []
         if finished:
@@ -313,13 +340,17 @@ class Study:
         """The cells finished in ``out`` by an earlier call (none without ``resume``)."""
         if self.store is None:
             return {}
-        done = {}
+        done, dropped = {}, []
         for i, cell in enumerate(self.cells):
             row = self.store.finished_row(cell, self.prints[i]) if self.resume else None
             if row is None:
-                self.store.forget(cell)
+                if self.store.forget(cell) and not self.resume:
+                    dropped.append(cell.label)
             else:
                 done[i] = Finished(cell, row, earlier=True)
+        if dropped:
+            warnings.warn(f"{self.name}: starting afresh (resume=False, --fresh): {len(dropped)} finished cell(s) "
+                          f"in {self.store.out} run again ({', '.join(dropped)})", stacklevel=4)
         return done
 
     def _job(self, i: int, executor) -> tuple:
@@ -328,8 +359,9 @@ class Study:
         settings = {**self.settings, "threads": executor.threads(self.settings["threads"]),
                     "progress": self.progress and executor.shows_engine_progress}
         if self.store is not None and executor.shared_disk:
+            self.store.prepare(cell, self.prints[i], self.resume)
             settings.update(checkpoint=str(self.store.checkpoint(cell).absolute()), **self.checkpointing,
-                            resume=self.resume and self.store.resumable(cell, self.prints[i]))
+                            resume=True)
         return cell, self.models[i], settings, self.row
 
     def _finish(self, i: int, outcome: _Outcome, finished: dict[int, Finished]) -> Finished:

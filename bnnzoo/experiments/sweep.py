@@ -132,7 +132,7 @@ def sweep_table(rows: list[dict]) -> pd.DataFrame:
 def sweep(model_or_spec, data, engines: Sequence[str], grid: Mapping | None = None, seeds: Sequence[int] = (0,), *,
           num_samples: int = 500, warmup_steps: int = 500, num_chains: int = 2, out=None, executor="inprocess",
           progress: bool = True, threads="auto", dtype=None, device=None, checkpoint_every: int | None = None,
-          checkpoint_seconds: float | None = CHECKPOINT_SECONDS) -> pd.DataFrame:
+          checkpoint_seconds: float | None = CHECKPOINT_SECONDS, resume: bool = True) -> pd.DataFrame:
     """Run every engine on every combination of its grid's values and every seed (module docstring).
 
     Parameters
@@ -156,6 +156,9 @@ def sweep(model_or_spec, data, engines: Sequence[str], grid: Mapping | None = No
         Where the cells run (:mod:`bnnzoo.experiments.executors`); the same draws either way.
     progress, threads, dtype, device, checkpoint_every, checkpoint_seconds
         As for :func:`~bnnzoo.experiments.compare`.
+    resume : bool
+        Skip the cells finished in ``out`` and continue the running ones (default); False: every
+        cell afresh.
 
     Returns
     -------
@@ -171,7 +174,7 @@ def sweep(model_or_spec, data, engines: Sequence[str], grid: Mapping | None = No
     common = {"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": num_chains}
     cells = grid_cells(engines, grid, seeds, common)
     study = Study(cells, data, model_or_spec, row=comparison_row, table=sweep_table, table_name="sweep.csv",
-                  out=out, executor=executor, name="sweep", progress=progress, threads=threads, dtype=dtype,
+                  out=out, resume=resume, executor=executor, name="sweep", progress=progress, threads=threads, dtype=dtype,
                   device=device,
                   checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds, keep_runs=False)
     return sweep_table([f.row for f in study.run()])

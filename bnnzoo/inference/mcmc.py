@@ -123,23 +123,34 @@ class _CheckpointedSampler(_UnarySampler):
                          "rng": rng_state(), "chunks": chunks, "draws": kept, "finished": finished},
                         chain=chain, iteration=iteration, draws=kept)
 
+            if hasattr(self.hook, "resumed"):  # progress lines count from where the run is
+                self.hook.resumed(chain * total + start)
+            policy = getattr(kernel, "compile_policy", None)
             with deferred_interrupt() as interrupt:
                 for t in range(start, total):
-                    params = kernel.sample(params)
                     warmup = t < self.warmup_steps
-                    hook(kernel, params, ("Warmup" if warmup else "Sample") + label,
-                         t if warmup else t - self.warmup_steps)
+                    try:
+                        compiling = policy is not None and policy.compiled
+                        params = kernel.sample(params)
+                        hook(kernel, params, ("Warmup" if warmup else "Sample") + label,
+                             t if warmup else t - self.warmup_steps)
+                        if not warmup:
+                            flat = [params[name].reshape(-1) for name in save_params]
+                            flat = (torch.cat if flat else torch.tensor)(flat)
+                            pending.append(flat)
+                    except KeyboardInterrupt:  # a hard stop (deferred_interrupt): the last save stands
+                        raise ck.stopped(f"iteration {t + 1} of chain {chain}") from None
                     if not warmup:
-                        flat = [params[name].reshape(-1) for name in save_params]
-                        flat = (torch.cat if flat else torch.tensor)(flat)
-                        pending.append(flat)
                         yield flat, chain
-                    if interrupt["requested"]:
+                    if interrupt.requested:
+                        interrupt.acknowledge()
                         save(t + 1)
                         stage = f"at warm-up iteration {t + 1}" if warmup else \
                             f"after draw {t + 1 - self.warmup_steps}"
                         raise ck.interrupted(f"{stage} of {self.num_samples} (chain {chain})")
-                    if ck.due():
+                    # a save before a compile starts (compile="auto" decided now; the next step compiles):
+                    # a Ctrl-C during the compile then loses nothing
+                    if ck.due() or (policy is not None and policy.compiled and not compiling):
                         save(t + 1)
             diagnostics = kernel.diagnostics()
             flush()

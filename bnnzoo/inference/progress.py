@@ -42,7 +42,13 @@ class ProgressLines:
         self.label, self.phases, self.chains, self.every = label, dict(phases), chains, every
         self.stream = stream or sys.stderr
         self.total = chains * sum(self.phases.values())
-        self.done = 0
+        self.done = self._base = 0
+        self._start = self._last = time.monotonic()
+
+    def resumed(self, done: int) -> None:
+        """A resumed run starts with ``done`` iterations behind it (every chain's, warm-up included):
+        the count goes on from there, and the rate and time left are those of this process's iterations."""
+        self.done = self._base = int(done)
         self._start = self._last = time.monotonic()
 
     def __call__(self, kernel, params, stage: str, i: int) -> None:
@@ -56,7 +62,7 @@ class ProgressLines:
         if now - self._last < self.every and self.done < self.total:
             return
         self._last = now
-        rate = self.done / max(now - self._start, 1e-9)
+        rate = (self.done - self._base) / max(now - self._start, 1e-9)
         left = (self.total - self.done) / rate if rate > 0 else float("inf")
         size = self.phases.get(phase, position)
         self.stream.write(f"bnnzoo {self.label}: {phase} {position}/{size} ({100 * position / max(size, 1):.0f}%), "

@@ -70,3 +70,49 @@ def test_the_sweep_command_on_ray(tmp_path, ray2, capsys):
     assert main(["sweep", str(grid), "--out", str(tmp_path / "ray"), "--ray", "--workers", "2"]) == 0
     here, there = pd.read_csv(tmp_path / "here" / "sweep.csv"), pd.read_csv(tmp_path / "ray" / "sweep.csv")
     pd.testing.assert_frame_equal(here.drop(columns=TIMED), there.drop(columns=TIMED))
+
+
+def test_a_cell_whose_worker_is_killed_runs_again_from_its_checkpoint_and_the_others_are_kept(cosine, tmp_path,
+                                                                                              ray2):
+    """SIGKILL to the Ray worker in the middle of a cell's sampling: Ray runs the cell again, which
+    continues from the cell's checkpoint (its second segment) and gives the draws of the cell run in
+    this process; the other cells run once."""
+    import json
+    import os
+    import re
+    import signal
+    import threading
+    import time
+
+    from bnnzoo.inference import run
+
+    counts = {"num_samples": 150, "warmup_steps": 150, "num_chains": 2}
+    out, killed = tmp_path / "ray", []
+    folder = out / "checkpoints" / "rwmh_seed_1"
+
+    def kill_its_worker():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                holder = re.match(r"process (\d+) ", (folder / ".lock").read_text())
+                progress = json.loads((folder / "progress.json").read_text())
+            except (OSError, ValueError):
+                holder = progress = None
+            if holder and progress and not progress.get("finished") and progress.get("iteration", 0) >= 50:
+                os.kill(int(holder.group(1)), signal.SIGKILL)
+                killed.append(progress["iteration"])
+                return
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=kill_its_worker, daemon=True)
+    watcher.start()
+    table = sweep(MODEL, cosine, ["rwmh"], seeds=[0, 1, 2], out=out, executor=ray2, checkpoint_every=1, **counts)
+    watcher.join(timeout=1)
+    assert killed and len(table) == 3
+    for seed in range(3):
+        idata = az.from_netcdf(str(out / f"rwmh_seed_{seed}.nc"))
+        want = run(MODEL, cosine, engine="rwmh", seed=seed, progress=False, **counts)
+        np.testing.assert_array_equal(idata.posterior["layers.0.weight"].values, want.samples["layers.0.weight"])
+        resumed = idata.posterior.attrs.get("resumed", "")
+        assert resumed.startswith(f"continued from chain 0, iteration ") and "2 segments" in resumed \
+            if seed == 1 else not resumed, (seed, resumed)

@@ -2,6 +2,7 @@
 cell run again, a stopped study losing only its unfinished cells, bad input refused first."""
 
 import json
+import os
 import sys
 
 import arviz as az
@@ -76,7 +77,9 @@ def test_a_changed_cell_runs_again_and_resume_false_runs_all(cosine, tmp_path, c
     finished = Study(cells, cosine, MODEL, row=acceptance, out=tmp_path).run()
     assert ran == ["rwmh seed=1"] and [f.earlier for f in finished] == [True, False, True]
     ran.clear()
-    Study(cells, cosine, MODEL, row=acceptance, out=tmp_path, resume=False).run()
+    with pytest.warns(UserWarning, match=r"starting afresh \(resume=False, --fresh\): 3 finished cell\(s\) in .* run again "
+                                          r"\(rwmh seed=0, "):
+        Study(cells, cosine, MODEL, row=acceptance, out=tmp_path, resume=False).run()
     assert ran == ["rwmh seed=0", "rwmh seed=1", "rwmh seed=2"]
 
 
@@ -155,3 +158,59 @@ def test_ray_missing_says_how_to_install_it(cosine, monkeypatch, counted):
         study.run()
     assert not counted[0]
     assert executor_from("ray").threads("auto") == 1  # a Ray cell holds one CPU: one torch thread
+
+
+# ------------------------------------------------------------------ faults
+def test_a_full_disk_while_a_cell_is_written_keeps_the_other_files_and_names_the_path(cosine, tmp_path, counted,
+                                                                                     monkeypatch):
+    """The disk fills up half-way through the second cell's NetCDF: the study stops with an OSError
+    naming that file, the first cell's files and the table stay as they were, no temporary file is
+    left; run again, the second cell is not sampled again (its finished run is in its checkpoint)."""
+    import errno
+
+    ran, _ = counted
+    real = study_module.write_atomic
+
+    def full(path, write):
+        if path.name == "rwmh_seed_1.nc":
+            def half(tmp):
+                tmp.write_bytes(b"CDF" + bytes(100))
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(path, half)
+        return real(path, write)
+
+    monkeypatch.setattr(study_module, "write_atomic", full)
+    with pytest.raises(OSError, match=f"cannot write {tmp_path / 'rwmh_seed_1.nc'}: No space left on device"):
+        Study(rwmh_cells(), cosine, MODEL, row=acceptance, out=tmp_path).run()
+    assert not (tmp_path / "rwmh_seed_1.nc").exists() and not list(tmp_path.rglob(".*.tmp"))
+    assert az.from_netcdf(str(tmp_path / "rwmh_seed_0.nc")).posterior.sizes["draw"] == 15
+    assert list(pd.read_csv(tmp_path / "study.csv").seed) == [0]
+    result = tmp_path / "checkpoints" / "rwmh_seed_1" / "result.pt"
+    sampled = result.stat().st_mtime_ns
+    monkeypatch.setattr(study_module, "write_atomic", real)
+    ran.clear()
+    finished = Study(rwmh_cells(), cosine, MODEL, row=acceptance, out=tmp_path).run()
+    assert [f.earlier for f in finished] == [True, False, False]
+    assert (tmp_path / "rwmh_seed_1.nc").exists() and list(pd.read_csv(tmp_path / "study.csv").seed) == [0, 1, 2]
+    assert result.stat().st_mtime_ns == sampled  # its run loaded, not sampled again
+
+
+def test_a_corrupted_cell_record_runs_that_cell_again(cosine, tmp_path, counted):
+    ran, _ = counted
+    Study(rwmh_cells(), cosine, MODEL, row=acceptance, out=tmp_path).run()
+    (tmp_path / "cells" / "rwmh_seed_2.json").write_text('{"label": "rwmh seed=2", "fingerpr')
+    ran.clear()
+    with pytest.warns(UserWarning, match=r"record .*rwmh_seed_2\.json is corrupted.*that cell runs again"):
+        finished = Study(rwmh_cells(), cosine, MODEL, row=acceptance, out=tmp_path).run()
+    assert [f.earlier for f in finished] == [True, True, False]
+    assert json.loads((tmp_path / "cells" / "rwmh_seed_2.json").read_text())["label"] == "rwmh seed=2"
+
+
+def test_two_studies_in_one_folder_the_second_is_refused(cosine, tmp_path, counted):
+    from bnnzoo.inference.checkpoint import FolderLocked, folder_lock
+
+    with folder_lock(tmp_path, "output folder"):  # another study (process) at work there
+        with pytest.raises(FolderLocked, match=f"output folder {tmp_path} is in use by process {os.getpid()}"):
+            Study(rwmh_cells(), cosine, MODEL, row=acceptance, out=tmp_path).run()
+    assert not counted[0] and not list(tmp_path.glob("*.nc"))
+    assert len(Study(rwmh_cells(), cosine, MODEL, row=acceptance, out=tmp_path).run()) == 3  # free again

@@ -1,11 +1,17 @@
 """Checkpoints: a run stopped at a random draw (SIGINT or SIGKILL) and resumed gives the
 draws of an uninterrupted run bit for bit; a checkpoint from another run is refused."""
 
+import errno
+import io
 import json
+import os
 import random
+import re
 import signal
 import subprocess
 import sys
+import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +20,8 @@ import pytest
 import torch
 
 from bnnzoo.inference import run
-from bnnzoo.inference.checkpoint import Checkpoint, CheckpointMismatch, fingerprint, load_object, save_object
+from bnnzoo.inference.checkpoint import (Checkpoint, CheckpointCorrupt, CheckpointMismatch, FolderLocked, Interrupted,
+                                        fingerprint, load_object, save_object)
 from bnnzoo.models import zoo
 
 from ..support import resume_child
@@ -208,3 +215,184 @@ def test_fingerprint_names_each_field():
     ck.directory, ck.fingerprint = Path("d"), fp
     with pytest.raises(CheckpointMismatch, match=r"options\.step_size: checkpoint 0\.2, now 0\.1"):
         ck._check({**fp, "options.step_size": "0.2"})
+
+
+# ------------------------------------------------------------- interrupts and faults
+def _rwmh(tmp_path, **kwargs):
+    return run(zoo.cosine_mlp(hidden=3), "cosine", engine="rwmh", checkpoint=tmp_path, progress=False,
+               **{**SMALL, "num_samples": 6, "warmup_steps": 6, **kwargs})
+
+
+def _sigint_soon(delay: float = 0.0) -> None:
+    threading.Timer(delay, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+
+
+@pytest.fixture
+def rwmh_sample(monkeypatch):
+    """``calls``: the rwmh kernel's transitions so far; ``hooks[n]()`` runs inside transition ``n``."""
+    from bnnzoo.inference import ENGINES
+
+    kernel = ENGINES["rwmh"].kernel
+    real, calls, hooks = kernel.sample, [0], {}
+
+    def sample(self, params):
+        calls[0] += 1
+        if calls[0] in hooks:
+            hooks[calls[0]]()
+        return real(self, params)
+
+    monkeypatch.setattr(kernel, "sample", sample)
+    return calls, hooks
+
+
+def test_ctrl_c_stops_at_the_end_of_the_iteration_with_a_final_save(tmp_path, model, rwmh_sample):
+    """SIGINT inside iteration 4: that iteration ends, it is saved, and no other one starts."""
+    calls, hooks = rwmh_sample
+    want = run(model, "cosine", engine="rwmh", progress=False, **{**SMALL, "num_samples": 6, "warmup_steps": 6})
+    calls[0] = 0
+    hooks[4] = lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2))
+    with pytest.raises(Interrupted, match="at warm-up iteration 4 of 6"):
+        _rwmh(tmp_path)
+    assert calls[0] == 4
+    assert json.loads((tmp_path / "progress.json").read_text())["iteration"] == 4
+    hooks.clear()
+    _assert_same(_rwmh(tmp_path, resume=True), want, "rwmh")
+
+
+def test_ctrl_c_in_an_iteration_that_does_not_end_stops_it_and_the_last_save_continues(tmp_path, model,
+                                                                                      rwmh_sample):
+    """An iteration that would take a minute (a compile, a long warm-up step): Ctrl-C stops the run
+    within the grace of 2 s, nothing is saved at the stop, and the resumed run gives the draws of an
+    uninterrupted one."""
+    calls, hooks = rwmh_sample
+    want = run(model, "cosine", engine="rwmh", progress=False, **{**SMALL, "num_samples": 6, "warmup_steps": 6})
+    calls[0], ticks = 0, [0]
+
+    def minute():  # 600 ticks of 0.1 s unless stopped
+        _sigint_soon(0.3)
+        for ticks[0] in range(600):
+            time.sleep(0.1)
+
+    hooks[8] = minute
+    with pytest.raises(Interrupted, match=r"in the middle of iteration 8 of chain 0 .*holds its last save: "
+                                          r"chain 0, iteration 6"):
+        _rwmh(tmp_path, checkpoint_every=3)
+    assert ticks[0] < 100  # stopped within 10 s (the grace is 2 s), not after the minute
+    assert json.loads((tmp_path / "progress.json").read_text())["iteration"] == 6
+    hooks.clear()
+    _assert_same(_rwmh(tmp_path, resume=True, checkpoint_every=3), want, "rwmh")
+
+
+def test_a_resumed_runs_wall_time_counts_every_segment(tmp_path, model, rwmh_sample):
+    calls, hooks = rwmh_sample
+    for n in range(1, 6):
+        hooks[n] = lambda: time.sleep(0.05)
+    hooks[5] = lambda: (time.sleep(0.05), os.kill(os.getpid(), signal.SIGINT))
+    with pytest.raises(Interrupted):
+        _rwmh(tmp_path)
+    first = json.loads((tmp_path / "progress.json").read_text())
+    assert first["seconds"] >= 0.25 and first["segments"] == 1
+    hooks.clear()
+    resumed = _rwmh(tmp_path, resume=True)
+    assert resumed.wall_time >= first["seconds"]
+    assert resumed.notes["resumed"].startswith("continued from chain 0, iteration 5; 2 segments")
+    assert _rwmh(tmp_path, resume=True).wall_time == resumed.wall_time  # the finished run, loaded
+
+
+def _stopped_rwmh(tmp_path):
+    """A run stopped after its fourth iteration's save (state, draws and progress on disk)."""
+    save, saves = Checkpoint.save, []
+
+    def stopping(self, state, **progress):
+        save(self, state, **progress)
+        saves.append(1)
+        if len(saves) == 9:
+            raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Checkpoint, "save", stopping)
+        with pytest.raises(KeyboardInterrupt):
+            _rwmh(tmp_path, checkpoint_every=1)
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) * 3 // 4] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name, damage", [
+    ("state.pt", _truncate), ("state.pt", _flip), ("fingerprint.pt", _flip), ("draws", _flip),
+    ("progress.json", lambda p: p.write_text('{"chain": 0, "itera')),
+])
+def test_a_truncated_or_corrupted_checkpoint_is_refused_naming_the_file(tmp_path, model, name, damage):
+    """Never loaded: the resume stops with CheckpointCorrupt naming the file; a run without resume
+    starts afresh in the same folder."""
+    _stopped_rwmh(tmp_path)
+    path = sorted((tmp_path / "draws").iterdir())[-1] if name == "draws" else tmp_path / name
+    damage(path)
+    with pytest.raises(CheckpointCorrupt, match=re.escape(str(path))):
+        _rwmh(tmp_path, resume=True, checkpoint_every=1)
+    want = run(model, "cosine", engine="rwmh", progress=False, **{**SMALL, "num_samples": 6, "warmup_steps": 6})
+    _assert_same(_rwmh(tmp_path, checkpoint_every=1), want, "rwmh afresh")
+
+
+def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_names_the_file(tmp_path, model,
+                                                                                    monkeypatch):
+    """The disk fills up half-way through the fifth write of ``state.pt``: the run stops with an
+    OSError (ENOSPC) naming ``state.pt``, the previous one loads, no temporary file is left, and
+    the resumed run gives the uninterrupted draws."""
+    from bnnzoo.inference import checkpoint as module
+
+    writes = []
+
+    class Full(io.FileIO):
+        def write(self, data):
+            super().write(bytes(data)[: len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def opener(path, mode="r", *args, **kwargs):
+        if mode == "wb" and Path(path).name.startswith(".state.pt"):
+            writes.append(path)
+            if len(writes) == 5:
+                return Full(path, "wb")
+        return open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(module, "open", opener, raising=False)
+    with pytest.raises(OSError, match=re.escape(f"cannot write {tmp_path / 'state.pt'}")) as error:
+        _rwmh(tmp_path, checkpoint_every=1)
+    assert error.value.errno == errno.ENOSPC
+    assert load_object(tmp_path / "state.pt", None)["iteration"] == 4
+    assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob("draws/.*.tmp"))
+    monkeypatch.undo()
+    want = run(model, "cosine", engine="rwmh", progress=False, **{**SMALL, "num_samples": 6, "warmup_steps": 6})
+    _assert_same(_rwmh(tmp_path, resume=True, checkpoint_every=1), want, "rwmh")
+
+
+def test_a_second_process_in_the_same_checkpoint_folder_is_refused(tmp_path, model):
+    """Another process holds the folder (its lock): the run is refused before it clears or reads
+    anything, naming the folder and the process; once that process ends, the folder is free."""
+    _rwmh(tmp_path)
+    finished = (tmp_path / "result.pt").read_bytes()
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""\
+        import fcntl, sys, time
+        f = open({str(tmp_path / '.lock')!r}, "a+")
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0); f.truncate(); f.write("process 4242 on elsewhere"); f.flush()
+        print("locked", flush=True)
+        time.sleep(120)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(FolderLocked, match=re.escape(f"checkpoint folder {tmp_path} is in use by process "
+                                                         f"4242 on elsewhere")):
+            _rwmh(tmp_path, seed=2)  # without resume: it would clear the folder
+        assert (tmp_path / "result.pt").read_bytes() == finished
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _rwmh(tmp_path, seed=2).options["seed"] == 2

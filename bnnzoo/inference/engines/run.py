@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 import warnings
 
@@ -202,6 +203,27 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
     if checkpoint is not None:
         store = Checkpoint(checkpoint, _fingerprint(engine, model, data, options, counts), resume,
                            checkpoint_every, checkpoint_seconds)
+    try:
+        return _run_engine(spec, engine, model, data, host, cast, tuning, options, num_samples, warmup_steps,
+                           num_chains, seed, progress, store, threads, engine_options)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _resumed_note(store: Checkpoint, wall: float) -> dict:
+    """``{"resumed": ...}``: where a resumed run continued from, its segments and their seconds."""
+    if store.resumed_from is None:
+        return {}
+    at = store.resumed_from
+    return {"resumed": f"continued from chain {at.get('chain', 0)}, iteration {at.get('iteration', 0)}; "
+                       f"{store.segments} segments, {wall:.1f} s in all"}
+
+
+def _run_engine(spec, engine, model, data, host, cast, tuning, options, num_samples, warmup_steps, num_chains,
+                seed, progress, store, threads, engine_options) -> Run:
+    """The engine's run (or its finished result from ``store``) once the checkpoint is open."""
+    if store is not None:
         done = store.finished()
         if done is not None:
             return Run.from_draws(done["draws"], engine=engine, kind=spec.kind, model=model, data=host,
@@ -210,15 +232,24 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
     if store is not None and threads is not None:
         threads = store.threads(choose_threads(work_per_gradient(model, len(data.x_train), num_chains))
                                 if threads == "auto" else threads)
+    if store is not None and store.resumed_from is not None and progress:
+        at = store.resumed_from
+        print(f"bnnzoo {engine}: continuing from the checkpoint in {store.directory} (chain {at.get('chain', 0)}, "
+              f"iteration {at.get('iteration', 0)}, {store.previous_seconds:.0f} s so far)", file=sys.stderr,
+              flush=True)
     with using_threads(threads, work_per_gradient(model, len(data.x_train), num_chains)) as used:
         start = time.perf_counter()
+        if store is not None:
+            store.start_clock()
         draws = spec.run(model, data.x_train, data.y_train, num_samples, warmup_steps, num_chains, progress,
                          checkpoint=store, **engine_options)
         wall = time.perf_counter() - start
     # into the InferenceData's attrs too
     draws.notes.update(tuning, threads=used, device=str(data.x_train.device), **cast,
                        **({"data_scale": scale} if scale is not None else {}))
-    if store is not None:
+    if store is not None:  # every segment of a resumed run counts
+        wall += store.previous_seconds
+        draws.notes.update(_resumed_note(store, wall))
         store.finish({"draws": draws, "wall_time": wall})
     return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=host, wall_time=wall,
                           options=options)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ...results import Draws, VITrace
-from ..checkpoint import deferred_interrupt, rng_state, set_rng_state
+from ..checkpoint import Interrupted, deferred_interrupt, rng_state, set_rng_state
 from ..potential import FlatPotential, initial_theta, placement
 from .convergence import converged, elbo_change, fit_spread, not_converged_message, stationarity, window_steps
 from .elbo import elbo_terms, gaussian_kl, kl_weights, num_batches, surrogate_loss
@@ -429,13 +429,20 @@ def _fits(potential, options: VIOptions, num_chains: int, checkpoint=None) -> li
                 set_rng_state(saved["rng"])  # where the previous fit left it
 
             def on_step(done, state):
-                if interrupt["requested"] or checkpoint.due():
+                if interrupt.requested:
+                    interrupt.acknowledge()
+                if interrupt.requested or checkpoint.due():
                     checkpoint.save({"chain": chain, "fit": state(), "finished": fits},
                                     chain=chain, iteration=done, draws=0)
-                if interrupt["requested"]:
+                if interrupt.requested:
                     raise checkpoint.interrupted(f"at step {done} of fit {chain}")
 
-            fits.append(fit_mean_field(potential, options, warn=False, on_step=on_step, state=state))
+            try:
+                fits.append(fit_mean_field(potential, options, warn=False, on_step=on_step, state=state))
+            except KeyboardInterrupt as stop:  # a hard stop (deferred_interrupt): the last save stands
+                if isinstance(stop, Interrupted):
+                    raise
+                raise checkpoint.stopped(f"fit {chain}") from None
             checkpoint.save({"chain": chain + 1, "rng": rng_state(), "finished": fits}, chain=chain + 1,
                             iteration=0, draws=0)
     return fits
