@@ -194,6 +194,7 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
     scale = scale_warning(data.x_train, data.y_train, model.task, f"data {data.name!r}")
     if scale is not None:
         warnings.warn(scale, stacklevel=3)
+        cast = {**cast, "data_scale": scale}  # a note of the run, as the cast is
     engine_options, tuning = _recommended_options(spec, model, engine_options)
     counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
     if spec.kind == "mcmc":
@@ -245,8 +246,7 @@ def _run_engine(spec, engine, model, data, host, cast, tuning, options, num_samp
                          checkpoint=store, **engine_options)
         wall = time.perf_counter() - start
     # into the InferenceData's attrs too
-    draws.notes.update(tuning, threads=used, device=str(data.x_train.device), **cast,
-                       **({"data_scale": scale} if scale is not None else {}))
+    draws.notes.update(tuning, threads=used, device=str(data.x_train.device), **cast)
     if store is not None:  # every segment of a resumed run counts
         wall += store.previous_seconds
         draws.notes.update(_resumed_note(store, wall))
