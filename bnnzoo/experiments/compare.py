@@ -144,7 +144,7 @@ def ranked_table(rows: list[dict]) -> pd.DataFrame:
 
 
 def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 500, warmup_steps: int = 500,
-            num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
+            num_chains: int | None = None, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
             checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
             threads="auto", dtype=None, device=None, executor="inprocess") -> tuple[pd.DataFrame, dict[str, Run]]:
     """Run several engines on the same model and data; one row per engine.
@@ -160,7 +160,8 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
         plus the engine's own options. Rows are labelled by ``label`` or the engine
         name; repeats become ``nuts#2``, ``nuts#3``.
     num_samples, warmup_steps, num_chains, seed, progress
-        Common settings.
+        Common settings (``num_chains=None``: 2, or ``num_members * chains_per_member`` for an engine
+        with ``warm_start="ensemble"``, as :func:`bnnzoo.inference.run` resolves it).
     checkpoint : path, optional
         A folder: each engine's ``<label>.nc``, its row (``cells/<label>.json``) and the table
         so far (``comparison.csv``) are written there as soon as that engine finishes, and the
