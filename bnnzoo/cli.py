@@ -414,6 +414,11 @@ def cmd_inspect(args) -> int:
     if "lp" in table.index:
         lp = table.loc["lp"]
         print(f"  lp: R-hat {lp['r_hat']:.3f}, ESS bulk {lp['ess_bulk']:.0f}, ESS tail {lp['ess_tail']:.0f}")
+    if "verdict" in table.attrs:  # an ensemble warm start: judged within modes
+        members = table.attrs["members"]
+        print(f"  members: {members['num_members']} x {members['chains_per_member']} chains; {table.attrs['verdict']}")
+        print(f"  R-hat across all chains (modes differ): lp {members['rhat_lp_across']:.3f}, "
+              f"f {members['rhat_f_across_max']:.3f}")
     if options:
         print("options:\n" + "\n".join(f"  {k} = {v!r}" for k, v in options.items()))
     notes = {k: v for k, v in attrs.items() if k not in _RUN_ATTRS and not k.startswith("option.")}

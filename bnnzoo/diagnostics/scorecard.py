@@ -134,12 +134,16 @@ def wasserstein2(a, b, quantiles: int = QUANTILES) -> float:
     return float(np.mean(np.sqrt(np.mean((qa - qb) ** 2, axis=0))))
 
 
-def total_variation(a, b, bins: int = BINS) -> float:
-    """Classification (``a``, ``b`` probabilities ``[N, K]``): mean of ``0.5 sum_k |a - b|``.
-    Regression (samples ``[S, N]``, ``[S', N]``): per input, TV of the two histograms on ``bins``
-    common bins (quantiles of the pooled samples), averaged."""
+def total_variation(a, b, kind: str = "probs", bins: int = BINS) -> float:
+    """``kind="probs"`` (classification: ``a``, ``b`` probabilities ``[N, K]``): mean of
+    ``0.5 sum_k |a - b|``. ``kind="samples"`` (regression: samples ``[S, N]``, ``[S', N]``): per input,
+    TV of the two histograms on ``bins`` common bins (quantiles of the pooled samples), averaged."""
     a, b = np.asarray(a, float), np.asarray(b, float)
-    if a.ndim == 2 and b.ndim == 2 and a.shape == b.shape and np.allclose(a.sum(-1), 1) and np.allclose(b.sum(-1), 1):
+    if kind not in ("probs", "samples"):
+        raise ValueError(f"kind: 'probs' or 'samples', got {kind!r}")
+    if kind == "probs":
+        if a.shape != b.shape:
+            raise ValueError(f"total_variation: probabilities {a.shape} and {b.shape}")
         return float(np.mean(0.5 * np.abs(a - b).sum(-1)))
     out = []
     for i in range(a.shape[1]):
@@ -168,11 +172,11 @@ def reference_scores(task: str, reference: PredictiveReference, probs=None, samp
     samples = np.asarray(samples, float)
     if samples.shape[1] != reference.samples.shape[1]:
         raise ValueError(f"reference: {samples.shape[1]} inputs, reference {reference.samples.shape[1]}")
-    return {"agreement": math.nan, "tv": total_variation(samples, reference.samples),
+    return {"agreement": math.nan, "tv": total_variation(samples, reference.samples, kind="samples"),
             "w2": wasserstein2(samples, reference.samples)}
 
 
-def reference_from_run(run, problem: str, x=None, y=None, num_samples: int = 1000, seed: int = 0,
+def reference_from_run(run, problem: str, x=None, y=None, num_samples: int | None = 1000, seed: int = 0,
                        source: str | None = None) -> PredictiveReference:
     """A :class:`PredictiveReference` from a (long, trusted) run, at ``x`` (default: test inputs)."""
     if x is None:

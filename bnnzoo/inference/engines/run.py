@@ -262,9 +262,10 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
                            member_seconds=member_seconds)
     if spec.kind == "mcmc":
         draws.grad_evals = stage_grad_evals(draws, member_evals)
-        draws.notes["grad_evals"] = dict(draws.grad_evals)
     # into the InferenceData's attrs too
     draws.notes.update(tuning, threads=used, device=str(data.x_train.device), **cast)
+    if draws.grad_evals:
+        draws.notes["grad_evals"] = dict(draws.grad_evals)
     if store is not None:
         store.finish({"draws": draws, "wall_time": wall})
     return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=host, wall_time=wall,
