@@ -254,26 +254,25 @@ def fit_member(potential: FlatPotential, options: EnsembleOptions, seed: int) ->
 
 def fit_members(potential: FlatPotential, num_members: int, options: EnsembleOptions, seed: int,
                 done: Sequence[MemberFit | None] = (), on_member: Callable[[int, MemberFit], None] | None = None,
-                mapper: Callable | None = None) -> list[MemberFit]:
+                executor=None) -> list[MemberFit]:
     """K members (:func:`fit_member`), member ``k`` with the ``k``-th of :func:`member_seeds`.
 
     ``done``: members already fitted (a resumed run; None where missing), kept as they are;
-    ``on_member(k, fit)`` after each new member (a checkpoint saves it there); ``mapper``, a
-    ``map``-like callable ``mapper(fn, items)``, fits the missing members elsewhere (each item a
-    ``(k, seed)``); None: one after another here."""
+    ``on_member(k, fit)`` after each new member (a checkpoint saves it there). ``executor``: where the
+    missing members are fitted, any object with the study executors' ``map(fn, shared, jobs, started)``
+    (``bnnzoo.experiments.InProcess``, ``RayExecutor``: one member per worker); None: one after
+    another here. The members do not depend on where they ran."""
     seeds = member_seeds(seed, num_members)
     done = list(done) + [None] * (num_members - len(done))
-    todo = [(k, seeds[k]) for k in range(num_members) if done[k] is None]
-    if mapper is not None:
-        for (k, _), fit in zip(todo, mapper(lambda item: fit_member(potential, options, item[1]), todo)):
-            done[k] = fit
-            if on_member is not None:
-                on_member(k, fit)
-        return done
-    for k, member_seed in todo:
-        done[k] = fit_member(potential, options, member_seed)
+    todo = [(k, (options, seeds[k])) for k in range(num_members) if done[k] is None]
+    if executor is None:
+        finished = ((k, fit_member(potential, *args)) for k, args in todo)
+    else:
+        finished = executor.map(fit_member, (potential,), todo, lambda k: None)
+    for k, fit in finished:
+        done[k] = fit
         if on_member is not None:
-            on_member(k, done[k])
+            on_member(k, fit)
     return done
 
 

@@ -128,3 +128,16 @@ def test_a_stopped_run_keeps_its_finished_members(cosine, tmp_path, monkeypatch)
     monkeypatch.setattr(ens, "fit_member", lambda *a, **k: pytest.fail("a finished member ran again"))
     again = run(zoo.cosine_mlp(hidden=4), cosine, resume=True, **kwargs)
     np.testing.assert_array_equal(again.members[0].theta, first.members[0].theta)
+
+
+def test_members_fitted_on_an_executor_are_the_same(cosine):
+    from bnnzoo.experiments.executors import InProcess
+
+    potential = make_potential(_model(), cosine.x_train, cosine.y_train)
+    options = EnsembleOptions(**FAST)
+    here = fit_members(potential, 3, options, seed=5)
+    with InProcess() as executor:
+        there = fit_members(potential, 3, options, seed=5, executor=executor,
+                            done=[None, here[1], None])  # a resumed run: member 1 finished before
+    for a, b in zip(here, there):
+        np.testing.assert_array_equal(a.theta, b.theta)

@@ -125,7 +125,7 @@ def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: 
 def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
         num_chains: int | None = None, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
         checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
-        threads="auto", dtype=None, device=None, **engine_options) -> Run:
+        threads="auto", dtype=None, device=None, member_executor=None, **engine_options) -> Run:
     """Run one engine on one model and data set.
 
     Parameters
@@ -164,6 +164,10 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
         device is in ``Run.notes["device"]``. None: where the data are (a data set loaded by name: the
         CPU). A device this machine does not have is an error before anything runs. The returned
         :class:`Run` is on the host (NumPy draws, its data on the CPU).
+    member_executor : optional
+        Where the members of an ensemble warm start are fitted: an executor of
+        :mod:`bnnzoo.experiments.executors` (``RayExecutor()``: one member per worker), entered by the
+        caller; None: one after another in this process. The members are the same either way.
     **engine_options
         Options of the engine (``ENGINES[engine].options()`` lists them), and the run's start
         (:mod:`bnnzoo.inference.ensemble`): ``warm_start`` (``"prior"``, the default: the kernel's
@@ -189,7 +193,8 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     device = None if device is None else validation.device("device", device)
     with default_dtype(dtype):
         return _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chains, seed, progress,
-                    checkpoint, resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options, plan)
+                    checkpoint, resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options, plan,
+                    member_executor)
 
 
 def resolve_dtype(dtype) -> torch.dtype | None:
@@ -211,7 +216,8 @@ def _placed(data: Dataset, device: torch.device | None) -> tuple[Dataset, dict]:
 
 
 def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chains, seed, progress, checkpoint,
-         resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options, plan: StartPlan) -> Run:
+         resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options, plan: StartPlan,
+         member_executor=None) -> Run:
     """:func:`run` after its argument checks, under the run's default dtype."""
     model = _resolve_model(model_or_spec)
     data, cast = _placed(_resolve_data(data, model, seed), device)
@@ -245,7 +251,7 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
         start = time.perf_counter()
         if plan.ensemble:
             members = fit_members(potential, plan.num_members, plan.options, seed,
-                                  **_member_store(store, plan.num_members))
+                                  executor=member_executor, **_member_store(store, plan.num_members))
             initial = initial_points(potential, members, plan.chains_per_member, plan.options.jitter, seed)
             member_seconds = time.perf_counter() - start
             pyro.set_rng_seed(int(seed))  # the sampler's draws do not depend on the members' use of the RNG

@@ -118,6 +118,7 @@ class _RecordingMixin:
     def _reset(self):
         super()._reset()
         self._stat_rows: list[dict] = []
+        self._warmup_steps_rows: list[int] = []  # leapfrog steps of each warm-up transition (gradient counts)
         self._record = _Transition()
 
     def setup(self, warmup_steps, *args, **kwargs):
@@ -166,6 +167,8 @@ class _RecordingMixin:
         }
         if t > warmup:
             self._stat_rows.append(row)
+        elif "n_steps" in row:
+            self._warmup_steps_rows.append(int(row["n_steps"]))
         return z
 
     def diagnostics(self):
@@ -177,6 +180,8 @@ class _RecordingMixin:
             }
         else:
             diag["sample_stats"] = {}
+        if self._warmup_steps_rows:  # warm-up: the leapfrog steps only (what the run's gradient count needs)
+            diag["warmup_sample_stats"] = {"n_steps": np.asarray(self._warmup_steps_rows, dtype=np.int64)}
         return diag
 
     def logging(self):
