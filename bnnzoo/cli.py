@@ -342,6 +342,20 @@ def _parameters(obj) -> str:
     return f"{obj.__name__}({', '.join(params)})"
 
 
+def _print_start_options() -> None:
+    """The run's start keys of an MCMC engine (``warm_start = "ensemble"`` and its members' options)."""
+    from .inference.ensemble import EnsembleOptions
+
+    print("\nstart (keys of the same [[engines]] table):\n"
+          "  warm_start = 'prior': 'prior' (the kernel's own initial points) or 'ensemble' (MAP members, then chains)\n"
+          "  num_members = None: ensemble members K (None: num_chains // chains_per_member, or 4)\n"
+          "  chains_per_member = 1: chains M started from each member; num_chains = K * M\n"
+          "  budget = None: gradient evaluations for the whole run (members, warm-up, sampling)\n"
+          "ensemble = {...} (the members' options):")
+    for name, default in EnsembleOptions.defaults().items():
+        print(f"  {name} = {default!r}: {EnsembleOptions.docs()[name]}")
+
+
 def cmd_list(args) -> int:
     from .data import DATASETS
     from .inference import ENGINES
@@ -354,6 +368,8 @@ def cmd_list(args) -> int:
         print(f"{engine.name}: {engine.description}\n\noptions (default: meaning):")
         for name, default in engine.defaults().items():
             print(f"  {name} = {default!r}: {docs[name]}".rstrip(": "))
+        if engine.kind == "mcmc":
+            _print_start_options()
         return 0
 
     def section(title, rows):

@@ -40,7 +40,7 @@ from scipy.special import ndtr
 from .predictive import (_as_numpy, _class_probs, _labels, accuracy, expected_calibration_error, logsumexp,
                          pointwise_log_likelihood, predictive_means, rmse)
 
-__all__ = ["PredictiveReference", "calibration_error_pit", "load_reference", "predictive_samples",
+__all__ = ["REFERENCE_DIR", "PredictiveReference", "calibration_error_pit", "load_reference", "predictive_samples",
            "reference_from_run", "reference_scores", "save_reference", "scorecard", "total_variation", "wasserstein2"]
 
 #: quantile grid of W2 and bins of the regression TV
@@ -93,9 +93,22 @@ def save_reference(path, reference: PredictiveReference) -> Path:
     return path
 
 
-def load_reference(path) -> PredictiveReference:
-    """Read a reference written by :func:`save_reference`."""
-    with np.load(Path(path), allow_pickle=False) as f:
+#: where the stored references of the benchmark problems live: ``<problem>.npz``
+REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "references"
+
+
+def load_reference(path_or_problem) -> PredictiveReference:
+    """Read a reference written by :func:`save_reference`: a path, or the name of a benchmark problem
+    whose reference is stored in :data:`REFERENCE_DIR` (a ``FileNotFoundError`` naming it when there is none)."""
+    path = Path(path_or_problem)
+    if not path.exists() and path.suffix != ".npz":
+        path = REFERENCE_DIR / f"{path_or_problem}.npz"
+        if not path.exists():
+            stored = sorted(p.stem for p in REFERENCE_DIR.glob("*.npz")) if REFERENCE_DIR.exists() else []
+            raise FileNotFoundError(f"reference {path_or_problem!r}: no stored reference predictive (stored: "
+                                    f"{', '.join(stored) or 'none'}); make one with reference_from_run() and "
+                                    f"save_reference()")
+    with np.load(path, allow_pickle=False) as f:
         get = lambda k: f[k] if k in f.files else None  # noqa: E731
         return PredictiveReference(problem=str(f["problem"]), task=str(f["task"]), x=f["x"], probs=get("probs"),
                                    samples=get("samples"), y=get("y"), source=str(f["source"]))

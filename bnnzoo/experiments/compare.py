@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..diagnostics.members import member_mixing
 from ..diagnostics.predictive import predictive_metrics
+from ..diagnostics.scorecard import scorecard
 from ..diagnostics.summary import mixing
 from ..inference import check_run
 from ..inference.checkpoint import CHECKPOINT_SECONDS
@@ -36,7 +37,7 @@ _TAIL = ["acceptance", "target_accept", "divergences", "failed", "elbo", "ess_lp
 #: the gradient evaluations of a row, per stage (``Run.grad_evals``)
 GRAD_COLUMNS = {"grad_members": "members", "grad_warmup": "warmup", "grad_sampling": "sampling", "grad_total": "total"}
 COLUMNS = {
-    "regression": _HEAD + ["rmse", "nll"] + _TAIL,
+    "regression": _HEAD + ["rmse", "nll", "ece", "coverage"] + _TAIL,
     "classification": _HEAD + ["accuracy", "ece", "nll"] + _TAIL,
 }
 
@@ -111,6 +112,9 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
         "wall_time_s": float(result.wall_time), "_mcmc": result.kind == "mcmc",
     }
     row.update(predictive_metrics(result))
+    if result.model.task == "regression":  # the scorecard's calibration of the predictive CDF (PIT)
+        card = scorecard(result)
+        row.update(ece=card["ece"], coverage=card["coverage"])
     acceptance = stats.get("acceptance_rate")
     row["acceptance"] = float(np.mean(acceptance)) if acceptance is not None else math.nan
     target = (result.options or {}).get("target_accept")
@@ -204,7 +208,8 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
     -------
     table : pandas.DataFrame
         Indexed by label. Columns: ``engine, kind, chains, draws, wall_time_s``, the test
-        metrics (regression: ``rmse``; classification: ``accuracy``, ``ece``) and ``nll``,
+        metrics (regression: ``rmse``, ``nll``, ``ece`` and ``coverage`` of the 90% interval,
+        :mod:`bnnzoo.diagnostics.scorecard`; classification: ``accuracy``, ``ece``, ``nll``),
         ``acceptance`` (mean; NaN if the engine has none) beside ``target_accept`` (the
         engine's target, NaN if it has none), ``divergences`` (total), ``failed`` (SG-MCMC
         chains that blew up), ``elbo`` (VI: mean final ELBO of the fits), ``ess_lp``, ``rhat_lp``,
@@ -252,7 +257,7 @@ def _runs(study: Study, finished: list[Finished]) -> dict[str, Run]:
 
 
 # ------------------------------------------------------------------ table
-_DECIMALS = {"wall_time_s": 2, "rmse": 4, "nll": 4, "accuracy": 4, "ece": 4, "acceptance": 3, "target_accept": 3,
+_DECIMALS = {"wall_time_s": 2, "rmse": 4, "nll": 4, "accuracy": 4, "ece": 4, "coverage": 3, "acceptance": 3, "target_accept": 3,
              "elbo": 1,
              "rhat_lp": 3, "rhat_f_max": 3, "rhat_w_max": 3, "rhat_lp_within": 3, "rhat_f_within": 3,
              "nrhat_lp": 3, "nrhat_f_max": 3, "ess_per_s": 2}

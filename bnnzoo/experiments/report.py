@@ -22,9 +22,10 @@ from .study import safe_label  # noqa: E402
 READING_GUIDE = """\
 ## How to read this report
 
-- **rmse / accuracy, nll, ece**: test-set error of the posterior predictive
-  (nll: negative log predictive density per test point, lower is better; ece:
-  expected calibration error, classification only).
+- **rmse / accuracy, nll, ece, coverage**: test-set error of the posterior predictive
+  (nll: negative log predictive density per test point, the negative LPPD, lower is better;
+  ece: expected calibration error, for regression that of the predictive CDF at the targets;
+  coverage: share of regression targets inside the central 90% predictive interval).
 - **ess_f_min, rhat_f_max**: mixing measured in *function space*: the smallest
   effective sample size and the largest R-hat of the predictive mean at the test
   inputs. This is the headline: network weights are not identifiable

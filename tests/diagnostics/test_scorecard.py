@@ -44,6 +44,8 @@ def test_scorecard_of_a_run_against_its_own_reference(rwmh_run, tmp_path):
     loaded = load_reference(path)
     assert loaded.problem == "cosine" and loaded.task == "regression"
     np.testing.assert_array_equal(loaded.samples, ref.samples)
+    with pytest.raises(FileNotFoundError, match="reference 'no_such_problem': no stored reference predictive"):
+        load_reference("no_such_problem")
     against = scorecard(rwmh_run, reference=loaded)
     assert against["tv"] == 0.0 and against["w2"] == 0.0
     assert against["lppd"] == pytest.approx(card["lppd"])  # the reference's own inputs and targets: the test split

@@ -16,7 +16,7 @@ def test_compare_two_cheap_engines(cosine):
                           num_chains=2)
     assert list(table.index) == ["rwmh", "svi", "rwmh#2"]
     assert list(runs) == ["rwmh", "svi", "rwmh#2"]
-    expected = ["engine", "kind", "chains", "draws", "wall_time_s", "rmse", "nll", "acceptance", "target_accept",
+    expected = ["engine", "kind", "chains", "draws", "wall_time_s", "rmse", "nll", "ece", "coverage", "acceptance", "target_accept",
                 "divergences", "failed", "elbo", "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s",
                 "converged", "rank", "note", "nrhat_lp", "nrhat_f_max", "rhat_w_max", "ess_w_min", "members", "modes",
                 "rhat_lp_within", "rhat_f_within", "grad_members", "grad_warmup", "grad_sampling", "grad_total"]

@@ -223,7 +223,7 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
     data, cast = _placed(_resolve_data(data, model, seed), device)
     host = _placed(data, torch.device("cpu"))[0]  # what the Run keeps
     engine_options, tuning = _recommended_options(spec, model, engine_options)
-    potential = make_potential(model, data.x_train, data.y_train) if plan.ensemble or plan.budget else None
+    potential = make_potential(model, data.x_train, data.y_train) if plan.ensemble else None
     member_most = members_cost(potential, plan.num_members, plan.options) if plan.ensemble else 0
     if plan.budget is not None:  # before anything runs
         num_samples = plan_samples(plan.budget, member_most, warmup_steps, num_chains, num_samples,
