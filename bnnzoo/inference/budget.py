@@ -7,7 +7,8 @@ an SG-MCMC iteration one). The stages:
 * ``members``: the ensemble warm start's fits, epochs x batches per member, summed;
 * ``warmup`` and ``sampling``: per chain and transition the ``n_steps`` statistic (leapfrog
   steps: one gradient each; Pyro's NUTS and HMC, bnnzoo's HMC family and batched NUTS record
-  it), summed over chains and transitions; an SG-MCMC kernel (no ``n_steps``) one per iteration
+  it; Pyro's kernels count their warm-up steps into ``notes["warmup_grad_evals"]``), summed over
+  chains and transitions; an SG-MCMC kernel (no ``n_steps``) one per iteration
   (``thin`` per kept draw; one per draw, a lower bound, where the kernel states no number of
   iterations per draw, as the cyclical group-sparse kernel); a kernel without gradients (random-walk Metropolis) none. The
   kernels' one-off searches during warm-up (the initial step-size search, ChEES's U-turn time,
@@ -106,6 +107,8 @@ def stage_grad_evals(draws, members: int = 0) -> dict[str, int]:
     for stage, stats, warm in (("warmup", draws.warmup_sample_stats, True), ("sampling", draws.sample_stats, False)):
         per = _per_transition(stats, draws.notes or {}, warm, kind)
         out[stage] = 0 if per is None else int(round(float(per.sum())))
+        if per is None and warm:  # Pyro's NUTS/HMC: the warm-up's leapfrog steps, counted by the kernel
+            out[stage] = int((draws.notes or {}).get("warmup_grad_evals", 0))
     out["total"] = out["members"] + out["warmup"] + out["sampling"]
     return out
 

@@ -181,7 +181,11 @@ def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_c
                 checkpoint=checkpoint,
                 **_progress(engine, progress, warmup_steps, num_samples, num_chains))
     mcmc.run(x, y)
-    return split_mcmc(mcmc)
+    draws = split_mcmc(mcmc)
+    warmup = (mcmc.diagnostics().get("warmup_n_steps") or {}).values()  # one number per chain
+    if warmup:
+        draws.notes["warmup_grad_evals"] = int(sum(int(v) for v in warmup))
+    return draws
 
 
 def run_vi(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,

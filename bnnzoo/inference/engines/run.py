@@ -268,6 +268,7 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
                            member_seconds=member_seconds)
     if spec.kind == "mcmc":
         draws.grad_evals = stage_grad_evals(draws, member_evals)
+        draws.notes.pop("warmup_grad_evals", None)  # now in grad_evals["warmup"]
     # into the InferenceData's attrs too
     draws.notes.update(tuning, threads=used, device=str(data.x_train.device), **cast)
     if draws.grad_evals:

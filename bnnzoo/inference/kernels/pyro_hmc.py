@@ -180,8 +180,7 @@ class _RecordingMixin:
             }
         else:
             diag["sample_stats"] = {}
-        if self._warmup_steps_rows:  # warm-up: the leapfrog steps only (what the run's gradient count needs)
-            diag["warmup_sample_stats"] = {"n_steps": np.asarray(self._warmup_steps_rows, dtype=np.int64)}
+        diag["warmup_n_steps"] = int(sum(self._warmup_steps_rows))  # the warm-up's gradients (the run's count)
         return diag
 
     def logging(self):
