@@ -182,7 +182,9 @@ def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_c
                 **_progress(engine, progress, warmup_steps, num_samples, num_chains))
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)
-    warmup = (mcmc.diagnostics().get("warmup_n_steps") or {}).values()  # one number per chain
+    # each chain's kernel diagnostics (what Pyro's MCMC keeps per chain; its diagnostics() would add R-hat,
+    # which needs 4 draws)
+    warmup = [d["warmup_n_steps"] for d in getattr(mcmc, "_diagnostics", []) if "warmup_n_steps" in d]
     if warmup:
         draws.notes["warmup_grad_evals"] = int(sum(int(v) for v in warmup))
     return draws
