@@ -397,6 +397,20 @@ def _parameters(obj) -> str:
     return f"{obj.__name__}({', '.join(params)})"
 
 
+def _print_start_options() -> None:
+    """The run's start keys of an MCMC engine (``warm_start = "ensemble"`` and its members' options)."""
+    from .inference.ensemble import EnsembleOptions
+
+    print("\nstart (keys of the same [[engines]] table):\n"
+          "  warm_start = 'prior': 'prior' (the kernel's own initial points) or 'ensemble' (MAP members, then chains)\n"
+          "  num_members = None: ensemble members K (None: num_chains // chains_per_member, or 4)\n"
+          "  chains_per_member = 1: chains M started from each member; num_chains = K * M\n"
+          "  budget = None: gradient evaluations for the whole run (members, warm-up, sampling)\n"
+          "ensemble = {...} (the members' options):")
+    for name, default in EnsembleOptions.defaults().items():
+        print(f"  {name} = {default!r}: {EnsembleOptions.docs()[name]}")
+
+
 def cmd_list(args) -> int:
     from .data import DATASETS
     from .inference import ENGINES
@@ -409,6 +423,8 @@ def cmd_list(args) -> int:
         print(f"{engine.name}: {engine.description}\n\noptions (default: meaning):")
         for name, default in engine.defaults().items():
             print(f"  {name} = {default!r}: {docs[name]}".rstrip(": "))
+        if engine.kind == "mcmc":
+            _print_start_options()
         return 0
 
     def section(title, rows):
@@ -475,6 +491,11 @@ def cmd_inspect(args) -> int:
     if "predictions" in idata.groups():
         print(f"  function space (predictive mean at the test inputs): R-hat max {run['rhat_f_max']:.3f}, "
               f"ESS bulk min {run['ess_f_min']:.0f}")
+    if "verdict" in table.attrs:  # an ensemble warm start: judged within modes
+        members = table.attrs["members"]
+        print(f"  members: {members['num_members']} x {members['chains_per_member']} chains; {table.attrs['verdict']}")
+        print(f"  R-hat across all chains (modes differ): lp {members['rhat_lp_across']:.3f}, "
+              f"f {members['rhat_f_across_max']:.3f}")
     if options:
         print("options:\n" + "\n".join(f"  {k} = {v!r}" for k, v in options.items()))
     notes = {k: v for k, v in attrs.items() if k not in _RUN_ATTRS and not k.startswith("option.")}

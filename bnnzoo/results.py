@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Draws", "Run", "VITrace", "failure_notes", "split_mcmc"]
+__all__ = ["Draws", "MemberFit", "Run", "VITrace", "failure_notes", "split_mcmc"]
 
 
 @dataclass
@@ -92,6 +92,46 @@ class VITrace:
 
 
 @dataclass
+class MemberFit:
+    """One member of an ensemble warm start: a MAP point found by minibatch optimisation
+    (``bnnzoo.inference.ensemble``), from which ``chains_per_member`` chains start.
+
+    Attributes
+    ----------
+    theta : ndarray
+        ``[D]`` the member's point in the flat unconstrained space of the potential.
+    values : dict of ndarray
+        The same point as constrained site values (what the model sees), ``{site: [*shape]}``.
+    losses : ndarray
+        The training loss of every optimiser step (minibatch :math:`\\hat U / N`).
+    val_losses : ndarray
+        The validation loss after every epoch (:math:`\\hat U / N` on the held-out rows;
+        empty without a validation split).
+    val_metric : float
+        The validation loss of the returned point (the best epoch's; NaN without a split).
+    best_epoch, epochs : int
+        The epoch whose point is returned, and the epochs run (early stopping may end sooner).
+    wall_time : float
+        Seconds of the fit.
+    grad_evals : int
+        Gradient evaluations of the fit (one per minibatch step: epochs x batches).
+    seed : int
+        The member's own seed.
+    """
+
+    theta: np.ndarray
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    val_losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    val_metric: float = math.nan
+    best_epoch: int = 0
+    epochs: int = 0
+    wall_time: float = 0.0
+    grad_evals: int = 0
+    seed: int = 0
+
+
+@dataclass
 class Draws:
     """Posterior draws and per-draw statistics, chain-major, with the typed results of an engine.
 
@@ -114,6 +154,14 @@ class Draws:
     notes : dict
         Short facts for the InferenceData attributes (what ``lp`` estimates,
         iterations per draw, why a default was chosen, ...).
+    members : list of MemberFit, optional
+        The members of an ensemble warm start (``warm_start="ensemble"``); chain ``c``
+        started from member ``c // chains_per_member``.
+    chains_per_member : int, optional
+        Chains started from each member (None: no ensemble warm start).
+    grad_evals : dict
+        Gradient evaluations per stage: ``members``, ``warmup``, ``sampling`` (summed over
+        members and chains) and ``total``; empty where unknown.
     """
 
     samples: dict[str, np.ndarray]
@@ -124,6 +172,9 @@ class Draws:
     vi: VITrace | None = None
     compile_seconds: float | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    members: list[MemberFit] | None = None
+    chains_per_member: int | None = None
+    grad_evals: dict[str, int] = field(default_factory=dict)
 
     @property
     def num_chains(self) -> int:

@@ -416,3 +416,32 @@ def test_running_a_folder_again_continues_it_as_a_sweep_does_and_fresh_starts_af
     assert os.path.getmtime(out / "checkpoints" / "rwmh" / "result.pt") != written
     assert main(argv + ["--fresh", "--resume"]) == 1
     assert "--resume and --fresh: give one" in capsys.readouterr().err
+
+
+def test_run_files_take_the_ensemble_warm_start_and_refuse_bad_members(tmp_path):
+    from bnnzoo.cli import read_run_file
+
+    text = """
+[model]
+input_dim = 1
+layers = [{units = 4, activation = "tanh"}, {units = 1}]
+[data]
+name = "cosine"
+[[engines]]
+kind = "fixed_hmc"
+warm_start = "ensemble"
+num_members = NUM
+chains_per_member = 2
+budget = 100000
+ensemble = {num_epochs = 5, optimizer = "adam"}
+"""
+    path = tmp_path / "run.toml"
+    path.write_text(text.replace("NUM", "3"))
+    plan = read_run_file(path)
+    assert plan["engines"][0]["ensemble"] == {"num_epochs": 5, "optimizer": "adam"}
+    path.write_text(text.replace("NUM", "0"))
+    with pytest.raises(ValueError, match=r"^engines\[0\] \(fixed_hmc\): num_members"):
+        read_run_file(path)
+    path.write_text(text.replace("NUM", "3").replace('"adam"', '"lbfgs"'))
+    with pytest.raises(ValueError, match=r"ensemble.optimizer"):
+        read_run_file(path)

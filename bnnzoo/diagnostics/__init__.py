@@ -21,12 +21,16 @@ from .predictive import (
     predictive_metrics,
     rmse,
 )
+from .members import ensemble_run, member_mixing
+from .scorecard import PredictiveReference, load_reference, reference_from_run, save_reference, scorecard
 from .summary import (cap_hits, chain_table, ess_rhat, mixing, never_moved, run_checks, run_diagnostics, sampling_time,
                       sparsity, summary)
 from .theory import optimal_acceptance, theoretical_efficiency, theoretical_optimal_acceptance
 
 __all__ = [
     "optimal_acceptance", "theoretical_efficiency", "theoretical_optimal_acceptance",
+    "PredictiveReference", "ensemble_run", "load_reference", "member_mixing", "reference_from_run", "save_reference",
+    "scorecard",
     "accuracy", "cap_hits", "chain_table", "ess_rhat", "expected_calibration_error", "function_draws",
     "gaussian_log_lik", "gaussian_nll", "map_draws", "mixing", "never_moved", "nll", "plot_acceptance",
     "plot_acceptance_sweep", "plot_acceptance_vs_size", "plot_efficiency", "plot_energy", "plot_predictive_band",

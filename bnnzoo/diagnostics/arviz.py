@@ -63,6 +63,7 @@ from pyro import poutine
 from ..models import BNN
 from ..models.bnn import OBSERVED
 from .predictive import flat_values, map_draws
+from .members import add_members
 
 #: other spellings of ArviZ's sample-stat names
 STAT_ALIASES = {
@@ -154,7 +155,9 @@ def to_inference_data(run_or_mcmc, *, model=None, data=None, log_likelihood: boo
                                           or num_prior_samples < 0):
         raise ValueError(f"num_prior_samples must be an integer >= 0 or None, got {num_prior_samples!r}")
     num_prior = num_prior_samples if prior else 0
-    return _build(src, log_likelihood, posterior_predictive, predictions, chunk_size, seed, num_prior)
+    idata = _build(src, log_likelihood, posterior_predictive, predictions, chunk_size, seed, num_prior)
+    add_members(run_or_mcmc, idata)  # an ensemble warm start: the member coordinate and the members' fits
+    return idata
 
 
 def posterior_dataset(samples: Mapping[str, np.ndarray]) -> xr.Dataset:

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .arviz import posterior_dataset, to_inference_data
+from .members import idata_member_mixing
 from .predictive import function_draws, function_scalars
 from .nested_rhat import nested_rhat
 
@@ -249,7 +250,10 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
         (the total, NaN where the engine has no cap flag) and ``cap`` (the dict of
         :func:`cap_hits`, None likewise), and the
         run's verdicts of :func:`run_checks` (SG-MCMC ``failed``, ``failed_at``; SVI
-        ``converged``, ``relative_change``, ``spread_elbo``, ``spread_loc``, ...).
+        ``converged``, ``relative_change``, ``spread_elbo``, ``spread_loc``, ...). A run started
+        from an ensemble (a ``member`` coordinate) adds ``members``: the diagnostics of
+        :func:`~bnnzoo.diagnostics.members.member_mixing` (within-member R-hat/ESS, nested R-hat over
+        members, modes visited) and ``verdict``: "converged within modes" or not, in words.
     """
     idata = _idata(idata_or_run)
     near_zero = {"sparsity": lambda a: float(np.mean(np.abs(a) < sparsity_threshold))}
@@ -283,6 +287,9 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
         "never_moved": [c["message"] for c in never_moved(idata)],
         **run_checks(idata),
     })
+    members = idata_member_mixing(idata)
+    if members is not None:
+        table.attrs.update(members=members, verdict=members["verdict"])
     return table
 
 

@@ -18,7 +18,9 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from ..diagnostics.members import member_mixing
 from ..diagnostics.predictive import predictive_metrics
+from ..diagnostics.scorecard import scorecard
 from ..diagnostics.summary import mixing, never_moved
 from ..inference import check_run
 from ..inference.checkpoint import CHECKPOINT_SECONDS
@@ -30,9 +32,12 @@ COMMON = ("num_samples", "warmup_steps", "num_chains", "seed")
 _HEAD = ["engine", "kind", "chains", "draws", "wall_time_s"]
 _TAIL = ["acceptance", "target_accept", "divergences", "failed", "elbo", "ess_lp", "rhat_lp", "ess_f_min",
          "rhat_f_max", "ess_per_s", "converged", "rank", "note", "nrhat_lp", "nrhat_f_max", "rhat_w_max",
-         "ess_w_min"]
+         "ess_w_min", "members", "modes", "rhat_lp_within", "rhat_f_within", "grad_members", "grad_warmup",
+         "grad_sampling", "grad_total"]
+#: the gradient evaluations of a row, per stage (``Run.grad_evals``)
+GRAD_COLUMNS = {"grad_members": "members", "grad_warmup": "warmup", "grad_sampling": "sampling", "grad_total": "total"}
 COLUMNS = {
-    "regression": _HEAD + ["rmse", "nll"] + _TAIL,
+    "regression": _HEAD + ["rmse", "nll", "ece", "coverage"] + _TAIL,
     "classification": _HEAD + ["accuracy", "ece", "nll"] + _TAIL,
 }
 
@@ -43,9 +48,12 @@ RHAT_LISTED, RHAT_BEST, ESS_MIN, DIVERGENCE_FRACTION = 1.05, 1.01, 100, 0.01
 
 
 def verdict(row: Mapping[str, Any]) -> list[str]:
-    """Why an MCMC row is not converged by the rule above (empty: converged)."""
+    """Why an MCMC row is not converged by the rule above (empty: converged). A run started from an
+    ensemble (``members`` > 0) is judged within modes: its within-member R-hat (``rhat_lp_within``,
+    ``rhat_f_within``) stands for the R-hat across all chains, which differing modes inflate."""
     reasons = []
-    for name in ("rhat_lp", "rhat_f_max"):
+    within = isinstance(row.get("members"), (int, float)) and row.get("members", 0) > 0
+    for name in (("rhat_lp_within", "rhat_f_within") if within else ("rhat_lp", "rhat_f_max")):
         value = row.get(name, math.nan)
         if not value <= RHAT_LISTED:  # NaN fails too
             reasons.append(f"{name} {value:.3g} > {RHAT_LISTED}" if math.isfinite(value) else f"{name} not finite")
@@ -66,7 +74,10 @@ def _rank(rows: list[dict]) -> None:
     ranked = sorted((r for r in rows if r["converged"] and r["_mcmc"]), key=lambda r: -r["ess_per_s"])
     for i, r in enumerate(ranked, 1):
         r["rank"] = i
-    best = next((r for r in ranked if r["rhat_lp"] <= RHAT_BEST and r["rhat_f_max"] <= RHAT_BEST), None)
+    def rhats(r):
+        return (r["rhat_lp_within"], r["rhat_f_within"]) if r.get("members") else (r["rhat_lp"], r["rhat_f_max"])
+
+    best = next((r for r in ranked if all(v <= RHAT_BEST for v in rhats(r))), None)
     if best is not None:
         best["note"] = "best"
 
@@ -101,6 +112,9 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
         "wall_time_s": float(result.wall_time), "_mcmc": result.kind == "mcmc",
     }
     row.update(predictive_metrics(result))
+    if result.model.task == "regression":  # the scorecard's calibration of the predictive CDF (PIT)
+        card = scorecard(result)
+        row.update(ece=card["ece"], coverage=card["coverage"])
     acceptance = stats.get("acceptance_rate")
     row["acceptance"] = float(np.mean(acceptance)) if acceptance is not None else math.nan
     target = (result.options or {}).get("target_accept")
@@ -110,6 +124,9 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
     failed = (result.notes or {}).get("failed")  # SG-MCMC chains that blew up
     row["failed"] = int(np.sum(failed)) if failed is not None else math.nan
     row["elbo"], row["rank"], row["note"] = math.nan, math.nan, ""
+    row.update({"members": 0, "modes": math.nan, "rhat_lp_within": math.nan, "rhat_f_within": math.nan})
+    evals = getattr(result, "grad_evals", None) or {}
+    row.update({column: evals.get(stage, math.nan) for column, stage in GRAD_COLUMNS.items()})
     if result.kind == "vi":  # draws from a guide: judged by the fits' convergence, not by R-hat/ESS
         vi = result.vi
         row["elbo"] = float(np.nanmean(vi.final_elbo)) if vi is not None and vi.final_elbo is not None else math.nan
@@ -120,6 +137,10 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
                                           "nrhat_lp", "nrhat_f_max", "rhat_w_max", "ess_w_min")})
         return row
     row.update(mixing(result))
+    if getattr(result, "chains_per_member", None):
+        members = member_mixing(result)
+        row.update(members=members["num_members"], modes=members["modes"],
+                   rhat_lp_within=members["rhat_lp_within_max"], rhat_f_within=members["rhat_f_within_max"])
     ess = [row["ess_lp"], row["ess_f_min"]]
     ess = [e for e in ess if not math.isnan(e)]
     row["ess_per_s"] = min(ess) / row["wall_time_s"] if ess and row["wall_time_s"] > 0 else math.nan
@@ -146,7 +167,7 @@ def ranked_table(rows: list[dict]) -> pd.DataFrame:
 
 
 def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 500, warmup_steps: int = 500,
-            num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = True,
+            num_chains: int | None = None, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = True,
             checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
             threads="auto", dtype=None, device=None, executor="inprocess") -> tuple[pd.DataFrame, dict[str, Run]]:
     """Run several engines on the same model and data; one row per engine.
@@ -162,7 +183,8 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
         plus the engine's own options. Rows are labelled by ``label`` or the engine
         name; repeats become ``nuts#2``, ``nuts#3``.
     num_samples, warmup_steps, num_chains, seed, progress
-        Common settings.
+        Common settings (``num_chains=None``: 2, or ``num_members * chains_per_member`` for an engine
+        with ``warm_start="ensemble"``, as :func:`bnnzoo.inference.run` resolves it).
     checkpoint : path, optional
         A folder: each engine's ``<label>.nc``, its row (``cells/<label>.json``) and the table
         so far (``comparison.csv``) are written there as soon as that engine finishes, and the
@@ -189,7 +211,8 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
     -------
     table : pandas.DataFrame
         Indexed by label. Columns: ``engine, kind, chains, draws, wall_time_s``, the test
-        metrics (regression: ``rmse``; classification: ``accuracy``, ``ece``) and ``nll``,
+        metrics (regression: ``rmse``, ``nll``, ``ece`` and ``coverage`` of the 90% interval,
+        :mod:`bnnzoo.diagnostics.scorecard`; classification: ``accuracy``, ``ece``, ``nll``),
         ``acceptance`` (mean; NaN if the engine has none) beside ``target_accept`` (the
         engine's target, NaN if it has none), ``divergences`` (total), ``failed`` (SG-MCMC
         chains that blew up), ``elbo`` (VI: mean final ELBO of the fits), ``ess_lp``, ``rhat_lp``,
@@ -199,8 +222,12 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
         converged MCMC rows only), ``note`` (why a row is not converged; ``best`` for the
         first converged row with R-hat <= 1.01; VI rows say so), ``nrhat_lp``, ``nrhat_f_max``
         (nested R-hat over 4 superchains, for 8 chains or more), ``rhat_w_max``,
-        ``ess_w_min`` (weight space). VI rows have no R-hat/ESS: their draws come from
-        the guide, not from chains.
+        ``ess_w_min`` (weight space), ``members`` (ensemble members of the warm start; 0 without),
+        ``modes`` (modes the members visited), ``rhat_lp_within``, ``rhat_f_within`` (the largest
+        R-hat within a member: an ensemble-started row is judged by these,
+        :mod:`bnnzoo.diagnostics.members`), ``grad_members``, ``grad_warmup``, ``grad_sampling``,
+        ``grad_total`` (gradient evaluations per stage, :mod:`bnnzoo.inference.budget`). VI rows have no
+        R-hat/ESS: their draws come from the guide, not from chains.
     runs : dict
         Label -> :class:`~bnnzoo.results.Run`.
     """
@@ -231,10 +258,12 @@ def _runs(study: Study, finished: list[Finished]) -> dict[str, Run]:
 
 
 # ------------------------------------------------------------------ table
-_DECIMALS = {"wall_time_s": 2, "rmse": 4, "nll": 4, "accuracy": 4, "ece": 4, "acceptance": 3, "target_accept": 3,
+_DECIMALS = {"wall_time_s": 2, "rmse": 4, "nll": 4, "accuracy": 4, "ece": 4, "coverage": 3, "acceptance": 3, "target_accept": 3,
              "elbo": 1,
-             "rhat_lp": 3, "rhat_f_max": 3, "rhat_w_max": 3, "nrhat_lp": 3, "nrhat_f_max": 3, "ess_per_s": 2}
-_INTEGERS = ("chains", "draws", "divergences", "failed", "rank", "ess_lp", "ess_f_min", "ess_w_min")
+             "rhat_lp": 3, "rhat_f_max": 3, "rhat_w_max": 3, "rhat_lp_within": 3, "rhat_f_within": 3,
+             "nrhat_lp": 3, "nrhat_f_max": 3, "ess_per_s": 2}
+_INTEGERS = ("chains", "draws", "divergences", "failed", "rank", "ess_lp", "ess_f_min", "ess_w_min", "members", "modes",
+             *GRAD_COLUMNS)
 
 
 def _cell(column: str, value) -> str:

@@ -16,15 +16,17 @@ import pandas as pd  # noqa: E402
 
 from ..diagnostics import cap_hits, never_moved, plots, to_inference_data  # noqa: E402
 from ..inference.checkpoint import write_atomic  # noqa: E402
+from ..diagnostics.members import member_mixing  # noqa: E402
 from .compare import format_table  # noqa: E402
 from .study import safe_label  # noqa: E402
 
 READING_GUIDE = """\
 ## How to read this report
 
-- **rmse / accuracy, nll, ece**: test-set error of the posterior predictive
-  (nll: negative log predictive density per test point, lower is better; ece:
-  expected calibration error, classification only).
+- **rmse / accuracy, nll, ece, coverage**: test-set error of the posterior predictive
+  (nll: negative log predictive density per test point, the negative LPPD, lower is better;
+  ece: expected calibration error, for regression that of the predictive CDF at the targets;
+  coverage: share of regression targets inside the central 90% predictive interval).
 - **ess_f_min, rhat_f_max**: mixing measured in *function space*: the smallest
   effective sample size and the largest R-hat of the predictive mean at the test
   inputs. This is the headline: network weights are not identifiable
@@ -47,6 +49,15 @@ READING_GUIDE = """\
   (ChEES) cannot show split R-hat's within-chain forgetting, but superchains that agree
   can; look for values below 1.01.
 - **rhat_w_max, ess_w_min**: weight-space diagnostics, for reference only.
+- **members, modes, rhat_lp_within, rhat_f_within**: a run started from an ensemble
+  (`warm_start="ensemble"`) has `members` superchains; chains started from different members
+  sit in different modes, so R-hat across all chains is large however well each mode mixed.
+  Such a row is judged *within modes*: the largest split R-hat of lp and of f over each
+  member's chains alone (at most 1.05: "converged within modes"). `modes` counts the modes the
+  members visited (members whose mean predictions differ by less than 2 within-member sds share one).
+- **grad_members, grad_warmup, grad_sampling, grad_total**: gradient evaluations of each stage
+  (one per gradient call of one chain, full-batch or minibatch; the members: epochs x batches),
+  so engines can be compared at equal cost (`budget=`).
 - **acceptance, target_accept, divergences**: mean acceptance probability beside
   the engine's target, and the number of divergent transitions (NaN energies count
   as divergences) after warm-up.
@@ -162,6 +173,7 @@ def _verdicts(run) -> list[str]:
             where = "" if not at else (f" at {'warm-up' if at['phase'] == 'warmup' else 'sampling'} iteration "
                                        f"{at['iteration']} (draw {at['draw']}): {at['reason']}")
             lines.append(f"**Chain {c} failed**{where}; its draws are not posterior draws.")
+    lines += member_lines(run)
     vi = getattr(run, "vi", None)
     if vi is not None and getattr(vi, "converged", None) is not None:
         changes = ", ".join(f"{r:+.2f}" for r in vi.relative_change)
@@ -174,6 +186,30 @@ def _verdicts(run) -> list[str]:
         if len(vi.converged) > 1:
             lines.append(f"Spread across fits: ELBO {vi.spread_elbo:.3g} nats, guide means up to "
                          f"{vi.spread_loc:.3g} guide sds (network weights are not identifiable).")
+    return lines
+
+
+def member_lines(run) -> list[str]:
+    """Lines on an ensemble warm start (its members' fits and the verdict within modes) and on the
+    gradient evaluations of each stage."""
+    lines = []
+    members = getattr(run, "members", None)
+    if members:
+        fits = "; ".join(f"member {k}: {m.epochs} epochs (best {m.best_epoch}), validation loss {m.val_metric:.4g}, "
+                         f"final training loss {m.losses[-1]:.4g}, {m.wall_time:.2f} s, {m.grad_evals} gradients"
+                         for k, m in enumerate(members))
+        lines.append(f"**Ensemble warm start**: {len(members)} members x {run.chains_per_member} chains each. {fits}.")
+        judged = member_mixing(run)
+        lines.append(f"**Modes**: {judged['verdict']}; R-hat across all chains: lp {judged['rhat_lp_across']:.3f}, "
+                     f"f {judged['rhat_f_across_max']:.3f}; nested R-hat over members: f "
+                     f"{judged['nrhat_f_members_max']:.3f}.")
+    evals = getattr(run, "grad_evals", None)
+    if evals:
+        budget = (getattr(run, "notes", None) or {}).get("budget")
+        spent = ", ".join(f"{k} {v}" for k, v in evals.items())
+        lines.append(f"Gradient evaluations: {spent}"
+                     + (f" (budget {budget['budget']}; {budget['draws_dropped']} draws past it dropped)."
+                        if budget else "."))
     return lines
 
 

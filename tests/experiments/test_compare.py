@@ -16,9 +16,10 @@ def test_compare_two_cheap_engines(cosine):
                           num_chains=2)
     assert list(table.index) == ["rwmh", "svi", "rwmh#2"]
     assert list(runs) == ["rwmh", "svi", "rwmh#2"]
-    expected = ["engine", "kind", "chains", "draws", "wall_time_s", "rmse", "nll", "acceptance", "target_accept",
+    expected = ["engine", "kind", "chains", "draws", "wall_time_s", "rmse", "nll", "ece", "coverage", "acceptance", "target_accept",
                 "divergences", "failed", "elbo", "ess_lp", "rhat_lp", "ess_f_min", "rhat_f_max", "ess_per_s",
-                "converged", "rank", "note", "nrhat_lp", "nrhat_f_max", "rhat_w_max", "ess_w_min"]
+                "converged", "rank", "note", "nrhat_lp", "nrhat_f_max", "rhat_w_max", "ess_w_min", "members", "modes",
+                "rhat_lp_within", "rhat_f_within", "grad_members", "grad_warmup", "grad_sampling", "grad_total"]
     assert list(table.columns) == expected
     assert table.loc["svi", "draws"] == 30 and table.loc["rwmh", "draws"] == 40
     # SVI is reported as VI: its fits' convergence and ELBO, no R-hat/ESS of its guide draws, no rank
@@ -31,7 +32,9 @@ def test_compare_two_cheap_engines(cosine):
         assert not table.loc[label, "converged"] and math.isnan(table.loc[label, "rank"])
         assert "ess_lp" in table.loc[label, "note"] and "< 100" in table.loc[label, "note"]
     numeric = table.drop(index="svi").drop(columns=["engine", "kind", "failed", "elbo", "target_accept",
-                                                    "converged", "rank", "note", "nrhat_lp", "nrhat_f_max"])
+                                                    "converged", "rank", "note", "nrhat_lp", "nrhat_f_max",
+                                                    "modes", "rhat_lp_within", "rhat_f_within"])
+    assert (table.loc[["rwmh", "rwmh#2"], "grad_total"] == 0).all()  # random-walk Metropolis takes no gradients
     assert table[["nrhat_lp", "nrhat_f_max"]].isna().all().all()  # 2 chains: too few for 4 superchains
     assert np.isfinite(numeric.to_numpy(float)).all()
     assert runs["rwmh"].data is runs["svi"].data and runs["rwmh"].model is runs["rwmh#2"].model
@@ -72,7 +75,8 @@ def test_failed_chains_and_unconverged_fits_in_the_table_and_report(cosine, tmp_
     assert table.loc["blown", "failed"] == 2 and table.loc["sound", "failed"] == 0
     assert not table.loc["svi", "converged"] and not table.loc["blown", "converged"]
     assert "2 failed chain(s)" in table.loc["blown", "note"]
-    assert _verdicts(runs["sound"]) == ["Failed chains: none of 2."]
+    sound = _verdicts(runs["sound"])
+    assert sound[0] == "Failed chains: none of 2." and sound[1].startswith("Gradient evaluations: members 0, warmup 20,")
     assert _verdicts(runs["svi"])[0].startswith("**Not converged**: 0 of 2 fits converged")
     text = write_report(table.loc[["blown"]], {"blown": runs["blown"]}, tmp_path, "Verdicts").read_text()
     assert "**Chain 0 failed** at warm-up iteration" in text and "**Chain 1 failed**" in text

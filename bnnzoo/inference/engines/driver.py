@@ -123,8 +123,9 @@ def _externals(checkpoint, **objects) -> None:
 
 def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
                     options: dict, chain_method: str = "vectorized", compile: bool | str = False,
-                    checkpoint: Checkpoint | None = None) -> Draws:
-    """Run ``engine.kernel`` (a :class:`~bnnzoo.inference.kernels.base.FlatKernel`) under Pyro's ``MCMC``."""
+                    checkpoint: Checkpoint | None = None, initial: torch.Tensor | None = None) -> Draws:
+    """Run ``engine.kernel`` (a :class:`~bnnzoo.inference.kernels.base.FlatKernel`) under Pyro's ``MCMC``;
+    ``initial``: ``[C, D]`` initial points (else the kernel draws its own)."""
     vectorized = chain_method == "vectorized"
     potential = make_potential(model, x, y, compile=compile is True)
     if "chain_method" in engine.kernel.Options.names():
@@ -140,6 +141,7 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
     _externals(checkpoint, potential=potential, model=model, x=x, y=y)
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
                 chain_method=chain_method, transforms=potential.transforms, checkpoint=checkpoint,
+                initial_params=_initial_params(potential, initial, num_chains),
                 **_progress(engine, progress, warmup_steps, num_samples, 1 if vectorized else num_chains))
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)
@@ -147,23 +149,31 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
     return _record_compile_time(draws, potential, policy)
 
 
+def _initial_params(potential: FlatPotential, initial: torch.Tensor | None, num_chains: int) -> dict | None:
+    """``[C, D]`` initial points as Pyro's ``initial_params`` (per site ``[C, ...]``; no chain dim for one chain)."""
+    if initial is None:
+        return None
+    initial = initial.to(**potential.placement)
+    return potential.unflatten(initial if num_chains > 1 else initial[0])
+
+
 def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
-                 options: dict, checkpoint: Checkpoint | None = None) -> Draws:
+                 options: dict, checkpoint: Checkpoint | None = None, initial: torch.Tensor | None = None) -> Draws:
     """Pyro's NUTS/HMC (bnnzoo's recording subclasses): on the BNN's batched potential when
     ``fast``, with initial points drawn like bnnzoo's kernels draw theirs. Pyro's chains run in
     worker processes on the CPU; with a checkpoint, or on a GPU (which a forked worker cannot
     use), one after another in this process."""
     opts = engine.kernel.Options(**options)
     kwargs = opts.pyro_kwargs(model)
-    initial = None
     if opts.fast:
         potential = BNNPotential(model, x, y)
         kernel = engine.kernel(potential_fn=potential.potential_fn, **kwargs)
-        theta = initial_theta(potential, num_chains, opts.init_radius)
-        initial = potential.unflatten(theta if num_chains > 1 else theta[0])
+        theta = initial_theta(potential, num_chains, opts.init_radius) if initial is None else initial
+        initial = _initial_params(potential, theta, num_chains)
     else:
         kernel = engine.kernel(model, **kwargs)
         potential = make_potential(model, x, y)
+        initial = _initial_params(potential, initial, num_chains)
     _externals(checkpoint, potential=potential, model=model, x=x, y=y)
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
                 initial_params=initial, transforms=potential.transforms,
@@ -171,7 +181,13 @@ def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_c
                 checkpoint=checkpoint,
                 **_progress(engine, progress, warmup_steps, num_samples, num_chains))
     mcmc.run(x, y)
-    return split_mcmc(mcmc)
+    draws = split_mcmc(mcmc)
+    # each chain's kernel diagnostics (what Pyro's MCMC keeps per chain; its diagnostics() would add R-hat,
+    # which needs 4 draws)
+    warmup = [d["warmup_n_steps"] for d in getattr(mcmc, "_diagnostics", []) if "warmup_n_steps" in d]
+    if warmup:
+        draws.notes["warmup_grad_evals"] = int(sum(int(v) for v in warmup))
+    return draws
 
 
 def run_vi(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,

@@ -56,7 +56,8 @@ class Engine:
         The options dataclass (a kernel's, or :class:`~bnnzoo.inference.vi.VIOptions`).
     runner : callable
         ``runner(engine, model, x, y, num_samples, warmup_steps, num_chains, progress, options, **driver)``
-        returning :class:`~bnnzoo.results.Draws`; ``driver`` holds ``checkpoint`` when the run keeps one.
+        returning :class:`~bnnzoo.results.Draws`; ``driver`` holds ``checkpoint`` when the run keeps one
+        and ``initial`` (``[C, D]`` initial points) under an ensemble warm start (MCMC runners take it).
     description : str
     kernel : type, optional
         The ``MCMCKernel`` class.
@@ -112,11 +113,15 @@ class Engine:
         return own, driver
 
     def run(self, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
-            checkpoint=None, **options) -> Draws:
-        """Run on ``(x, y)``; ``checkpoint``: a :class:`~bnnzoo.inference.checkpoint.Checkpoint`."""
+            checkpoint=None, initial=None, **options) -> Draws:
+        """Run on ``(x, y)``; ``checkpoint``: a :class:`~bnnzoo.inference.checkpoint.Checkpoint`;
+        ``initial``: the chains' ``[C, D]`` initial points in the potential's flat layout (an ensemble
+        warm start), for the MCMC engines."""
         own, driver = self.check(options, num_chains)
         if checkpoint is not None:
             driver["checkpoint"] = checkpoint
+        if initial is not None:
+            driver["initial"] = initial
         return self.runner(self, model, x, y, num_samples, warmup_steps, num_chains, progress, own, **driver)
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import pyro
 import torch
@@ -17,12 +20,15 @@ from ...models import BNN, zoo
 from ...models.defaults import default_dtype
 from ...models.spec import spec_from
 from ...results import Run
+from ..budget import check_budget_engine, fixed_cost, plan_samples, stage_grad_evals, truncate
 from ..checkpoint import CHECKPOINT_SECONDS, Checkpoint, fingerprint
+from ..ensemble import START_KEYS, StartPlan, check_start, fit_members, initial_points, members_cost
+from ..potential import make_potential
 from ..threads import check_threads, choose_threads, using_threads, work_per_gradient
 from ..tuning import recommend_target_accept
 from .registry import ENGINES, Engine
 
-__all__ = ["COUNTS", "check_run", "resolve", "run"]
+__all__ = ["COUNTS", "check_run", "check_start_of", "resolve", "run"]
 
 #: run-level count -> (minimum, maximum or None); a seed seeds numpy too, whose seeds are 32-bit
 COUNTS = {"num_samples": (1, None), "warmup_steps": (0, None), "num_chains": (1, None), "seed": (0, 2**32 - 1)}
@@ -84,18 +90,30 @@ def _recommended_options(spec: Engine, model: BNN, options: dict) -> tuple[dict,
     return {**options, "target_accept": recommended.value}, {"target_accept_reason": recommended.reason}
 
 
-def check_run(engine: str, num_samples: int = 500, warmup_steps: int = 500, num_chains: int = 2, seed: int = 0,
-              **engine_options) -> Engine:
-    """Every check :func:`run` makes on its engine, counts and options, without running anything:
-    a ``ValueError`` naming the field and the value, or the :class:`Engine`."""
+def check_run(engine: str, num_samples: int = 500, warmup_steps: int = 500, num_chains: int | None = None,
+              seed: int = 0, **engine_options) -> Engine:
+    """Every check :func:`run` makes on its engine, counts, warm start, budget and options, without
+    running anything: a ``ValueError`` naming the field and the value, or the :class:`Engine`."""
+    check_start_of(engine, num_samples, warmup_steps, num_chains, seed, **engine_options)
+    return ENGINES[engine]
+
+
+def check_start_of(engine: str, num_samples: int = 500, warmup_steps: int = 500, num_chains: int | None = None,
+                   seed: int = 0, **engine_options) -> tuple[StartPlan, dict]:
+    """:func:`check_run`, returning the checked warm start (:func:`~bnnzoo.inference.ensemble.check_start`:
+    the chain count resolved) and the engine's own options."""
     if not isinstance(engine, str) or engine not in ENGINES:
         raise ValueError(f"engine {engine!r}: unknown engine; choose one of {', '.join(sorted(ENGINES))}")
-    counts = {"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": num_chains, "seed": seed}
+    start = {k: engine_options.pop(k) for k in START_KEYS if k in engine_options}
+    plan = check_start(ENGINES[engine], num_chains, **start)
+    counts = {"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": plan.num_chains, "seed": seed}
     for name, value in counts.items():
         minimum, maximum = COUNTS[name]
         validation.integer(name, value, minimum, maximum=maximum)
-    ENGINES[engine].check(engine_options, num_chains)
-    return ENGINES[engine]
+    if plan.budget is not None:
+        check_budget_engine(ENGINES[engine])
+    ENGINES[engine].check(engine_options, plan.num_chains)
+    return plan, engine_options
 
 
 def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: dict) -> dict[str, str]:
@@ -108,9 +126,9 @@ def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: 
 
 
 def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
-        num_chains: int = 2, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
+        num_chains: int | None = None, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
         checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
-        threads="auto", dtype=None, device=None, **engine_options) -> Run:
+        threads="auto", dtype=None, device=None, member_executor=None, **engine_options) -> Run:
     """Run one engine on one model and data set.
 
     Parameters
@@ -120,7 +138,9 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     engine : str
         A key of :data:`ENGINES`.
     num_samples, warmup_steps, num_chains : int
-        Draws kept per chain, warm-up steps per chain, chains.
+        Draws kept per chain (with ``budget``: the most), warm-up steps per chain, chains
+        (None: 2, or ``num_members * chains_per_member`` under an ensemble warm start, which a
+        given ``num_chains`` must equal).
     seed : int
     progress : bool
         Show progress: Pyro's bar on a terminal, else a line every few seconds with the
@@ -147,14 +167,26 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
         device is in ``Run.notes["device"]``. None: where the data are (a data set loaded by name: the
         CPU). A device this machine does not have is an error before anything runs. The returned
         :class:`Run` is on the host (NumPy draws, its data on the CPU).
+    member_executor : optional
+        Where the members of an ensemble warm start are fitted: an executor of
+        :mod:`bnnzoo.experiments.executors` (``RayExecutor()``: one member per worker), entered by the
+        caller; None: one after another in this process. The members are the same either way.
     **engine_options
-        Options of the engine (``ENGINES[engine].options()`` lists them).
+        Options of the engine (``ENGINES[engine].options()`` lists them), and the run's start
+        (:mod:`bnnzoo.inference.ensemble`): ``warm_start`` (``"prior"``, the default: the kernel's
+        own initial points; ``"ensemble"``: K MAP fits, then M chains from each), ``num_members``
+        (K), ``chains_per_member`` (M, default 1), ``ensemble`` (a dict of
+        :class:`~bnnzoo.inference.ensemble.EnsembleOptions`: optimizer, lr, num_epochs, batch_size,
+        val_fraction, patience, jitter, ...); and ``budget``: gradient evaluations for the whole run
+        (members, warm-up, sampling; :mod:`bnnzoo.inference.budget`) instead of a fixed ``num_samples``.
+        The members are in ``Run.members``, the gradient evaluations of every stage in ``Run.grad_evals``.
 
     Returns
     -------
     Run
     """
-    spec = check_run(engine, num_samples, warmup_steps, num_chains, seed, **engine_options)
+    plan, engine_options = check_start_of(engine, num_samples, warmup_steps, num_chains, seed, **engine_options)
+    spec, num_chains = ENGINES[engine], plan.num_chains
     validation.boolean("resume", resume)
     validation.boolean("progress", progress)
     check_threads(threads)
@@ -164,7 +196,8 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     device = None if device is None else validation.device("device", device)
     with default_dtype(dtype):
         return _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chains, seed, progress,
-                    checkpoint, resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options)
+                    checkpoint, resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options, plan,
+                    member_executor)
 
 
 def resolve_dtype(dtype) -> torch.dtype | None:
@@ -186,7 +219,8 @@ def _placed(data: Dataset, device: torch.device | None) -> tuple[Dataset, dict]:
 
 
 def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chains, seed, progress, checkpoint,
-         resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options) -> Run:
+         resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options, plan: StartPlan,
+         member_executor=None) -> Run:
     """:func:`run` after its argument checks, under the run's default dtype."""
     model = _resolve_model(model_or_spec)
     data, cast = _placed(_resolve_data(data, model, seed), device)
@@ -196,17 +230,25 @@ def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chain
         warnings.warn(scale, stacklevel=3)
         cast = {**cast, "data_scale": scale}  # a note of the run, as the cast is
     engine_options, tuning = _recommended_options(spec, model, engine_options)
+    potential = make_potential(model, data.x_train, data.y_train) if plan.ensemble else None
+    member_most = members_cost(potential, plan.num_members, plan.options) if plan.ensemble else 0
+    if plan.budget is not None:  # before anything runs
+        num_samples = plan_samples(plan.budget, member_most, warmup_steps, num_chains, num_samples,
+                                   fixed_cost(spec, engine_options))
     counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
     if spec.kind == "mcmc":
         counts["warmup_steps"] = warmup_steps
     options = {**counts, **spec.defaults(), **engine_options}
+    if plan.ensemble or plan.budget is not None:
+        options.update(plan.record())
     store = None
     if checkpoint is not None:
         store = Checkpoint(checkpoint, _fingerprint(engine, model, data, options, counts), resume,
                            checkpoint_every, checkpoint_seconds)
     try:
         return _run_engine(spec, engine, model, data, host, cast, tuning, options, num_samples, warmup_steps,
-                           num_chains, seed, progress, store, threads, engine_options)
+                           num_chains, seed, progress, store, threads, engine_options, plan, potential,
+                           member_executor)
     finally:
         if store is not None:
             store.close()
@@ -222,7 +264,8 @@ def _resumed_note(store: Checkpoint, wall: float) -> dict:
 
 
 def _run_engine(spec, engine, model, data, host, cast, tuning, options, num_samples, warmup_steps, num_chains,
-                seed, progress, store, threads, engine_options) -> Run:
+                seed, progress, store, threads, engine_options, plan: StartPlan, potential=None,
+                member_executor=None) -> Run:
     """The engine's run (or its finished result from ``store``) once the checkpoint is open."""
     if store is not None:
         done = store.finished()
@@ -238,18 +281,66 @@ def _run_engine(spec, engine, model, data, host, cast, tuning, options, num_samp
         print(f"bnnzoo {engine}: continuing from the checkpoint in {store.directory} (chain {at.get('chain', 0)}, "
               f"iteration {at.get('iteration', 0)}, {store.previous_seconds:.0f} s so far)", file=sys.stderr,
               flush=True)
+    members, initial, member_seconds = None, None, 0.0
     with using_threads(threads, work_per_gradient(model, len(data.x_train), num_chains)) as used:
         start = time.perf_counter()
         if store is not None:
             store.start_clock()
+        if plan.ensemble:
+            members = fit_members(potential, plan.num_members, plan.options, seed,
+                                  executor=member_executor, **_member_store(store, plan.num_members))
+            initial = initial_points(potential, members, plan.chains_per_member, plan.options.jitter, seed)
+            member_seconds = time.perf_counter() - start
+            pyro.set_rng_seed(int(seed))  # the sampler's draws do not depend on the members' use of the RNG
         draws = spec.run(model, data.x_train, data.y_train, num_samples, warmup_steps, num_chains, progress,
-                         checkpoint=store, **engine_options)
+                         checkpoint=store, initial=initial, **engine_options)
         wall = time.perf_counter() - start
+    member_evals = sum(m.grad_evals for m in members) if members else 0
+    if plan.budget is not None:
+        spent = member_evals + stage_grad_evals(draws)["warmup"]
+        draws.notes["budget"] = truncate(draws, plan.budget, spent)
+    if members is not None:
+        draws.members, draws.chains_per_member = members, plan.chains_per_member
+        draws.notes.update(num_members=plan.num_members, chains_per_member=plan.chains_per_member,
+                           member_seconds=member_seconds)
+    if spec.kind == "mcmc":
+        draws.grad_evals = stage_grad_evals(draws, member_evals)
+        draws.notes.pop("warmup_grad_evals", None)  # now in grad_evals["warmup"]
     # into the InferenceData's attrs too
     draws.notes.update(tuning, threads=used, device=str(data.x_train.device), **cast)
+    if draws.grad_evals:
+        draws.notes["grad_evals"] = dict(draws.grad_evals)
     if store is not None:  # every segment of a resumed run counts
         wall += store.previous_seconds
         draws.notes.update(_resumed_note(store, wall))
         store.finish({"draws": draws, "wall_time": wall})
     return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=host, wall_time=wall,
                           options=options)
+
+
+def _member_store(store: Checkpoint | None, num_members: int) -> dict:
+    """``fit_members`` keywords that keep each finished member in the run's checkpoint folder
+    (``members/<k>.pt``) and take the saved ones back on resume: a stopped run keeps its
+    finished members. The folder is the checkpoint's; its fingerprint covers the members' options."""
+    if store is None:
+        return {}
+    folder = Path(store.directory) / "members"
+    if not store.resume:
+        shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = folder / "fingerprint.pt"
+    if stamp.exists() and torch.load(stamp, weights_only=False) != store.fingerprint:
+        raise ValueError(f"checkpoint {store.directory}: its ensemble members were written by a different run "
+                         f"(start afresh without resume, or use another folder)")
+    torch.save(store.fingerprint, stamp)
+    done = []
+    for k in range(num_members):
+        path = folder / f"{k}.pt"
+        done.append(torch.load(path, weights_only=False) if path.exists() else None)
+
+    def save(k, fit):
+        tmp = folder / f".{k}.pt.tmp"
+        torch.save(fit, tmp)
+        os.replace(tmp, folder / f"{k}.pt")
+
+    return {"done": done, "on_member": save}

@@ -120,6 +120,7 @@ class _RecordingMixin:
     def _reset(self):
         super()._reset()
         self._stat_rows: list[dict] = []
+        self._warmup_steps_rows: list[int] = []  # leapfrog steps of each warm-up transition (gradient counts)
         self._record = _Transition()
 
     def setup(self, warmup_steps, *args, **kwargs):
@@ -171,6 +172,8 @@ class _RecordingMixin:
         }
         if t > warmup:
             self._stat_rows.append(row)
+        elif "n_steps" in row:
+            self._warmup_steps_rows.append(int(row["n_steps"]))
         return z
 
     def diagnostics(self):
@@ -182,6 +185,7 @@ class _RecordingMixin:
             }
         else:
             diag["sample_stats"] = {}
+        diag["warmup_n_steps"] = int(sum(self._warmup_steps_rows))  # the warm-up's gradients (the run's count)
         return diag
 
     def logging(self):

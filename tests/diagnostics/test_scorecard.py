@@ -1,0 +1,61 @@
+"""The predictive scorecard (diagnostics/scorecard.py) on cases with known answers."""
+
+import numpy as np
+import pytest
+
+from bnnzoo.diagnostics.predictive import predictive_metrics
+from bnnzoo.diagnostics.scorecard import (PredictiveReference, calibration_error_pit, load_reference,
+                                          reference_from_run, reference_scores, save_reference, scorecard,
+                                          total_variation, wasserstein2)
+
+
+def test_a_predictive_equal_to_the_reference_scores_perfectly():
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(3), size=20)
+    ref = PredictiveReference("toy", "classification", x=np.zeros((20, 1)), probs=probs)
+    same = reference_scores("classification", ref, probs=probs)
+    assert same["agreement"] == 1.0 and same["tv"] == 0.0 and np.isnan(same["w2"])
+    flipped = probs[:, ::-1]
+    scores = reference_scores("classification", ref, probs=flipped)
+    assert scores["tv"] == pytest.approx(np.mean(0.5 * np.abs(probs - flipped).sum(1)))
+    samples = rng.standard_normal((500, 7))
+    ref = PredictiveReference("toy", "regression", x=np.zeros((7, 1)), samples=samples)
+    same = reference_scores("regression", ref, samples=samples)
+    assert same["tv"] == 0.0 and same["w2"] == 0.0 and np.isnan(same["agreement"])
+    assert wasserstein2(samples + 0.3, samples) == pytest.approx(0.3)
+    assert total_variation(samples + 100.0, samples, kind="samples") == pytest.approx(1.0)
+    assert total_variation(probs, flipped) == pytest.approx(scores["tv"])
+    with pytest.raises(ValueError, match="a regression reference for a classification run"):
+        reference_scores("classification", ref, probs=probs)
+
+
+def test_calibration_of_uniform_pit_and_coverage():
+    assert calibration_error_pit((np.arange(1000) + 0.5) / 1000) == pytest.approx(0.0, abs=1e-3)
+    assert calibration_error_pit(np.full(100, 0.5)) == pytest.approx(0.25)
+
+
+def test_scorecard_of_a_run_against_its_own_reference(rwmh_run, tmp_path):
+    card = scorecard(rwmh_run)
+    metrics = predictive_metrics(rwmh_run)
+    assert card["lppd"] == pytest.approx(-metrics["nll"]) and card["rmse"] == pytest.approx(metrics["rmse"])
+    assert 0.0 <= card["coverage"] <= 1.0 and 0.0 <= card["ece"] <= 0.5
+    ref = reference_from_run(rwmh_run, "cosine", num_samples=None)  # one y per draw, seed 0: as scorecard draws
+    path = save_reference(tmp_path / "cosine.npz", ref)
+    loaded = load_reference(path)
+    assert loaded.problem == "cosine" and loaded.task == "regression"
+    np.testing.assert_array_equal(loaded.samples, ref.samples)
+    with pytest.raises(FileNotFoundError, match="reference 'no_such_problem': no stored reference predictive"):
+        load_reference("no_such_problem")
+    against = scorecard(rwmh_run, reference=loaded)
+    assert against["tv"] == 0.0 and against["w2"] == 0.0
+    assert against["lppd"] == pytest.approx(card["lppd"])  # the reference's own inputs and targets: the test split
+
+
+def test_classification_scorecard(bernoulli_run):
+    card = scorecard(bernoulli_run)
+    metrics = predictive_metrics(bernoulli_run)
+    assert card["accuracy"] == pytest.approx(metrics["accuracy"]) and card["ece"] == pytest.approx(metrics["ece"])
+    assert card["lppd"] == pytest.approx(-metrics["nll"]) and np.isnan(card["coverage"])
+    ref = reference_from_run(bernoulli_run, "binary")
+    against = scorecard(bernoulli_run, reference=ref)
+    assert against["agreement"] == 1.0 and against["tv"] == pytest.approx(0.0, abs=1e-12)
