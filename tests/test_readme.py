@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from bnnzoo.cli import read_run_file, read_sweep_file
+from bnnzoo.diagnostics import groups
 from bnnzoo.data import load
 from bnnzoo.inference import check_run
 from bnnzoo.models import BNN
@@ -43,7 +44,7 @@ def test_python_blocks_run_top_to_bottom_as_one_session(monkeypatch, tmp_path):
     assert list(table["engine"]) == ["chees", "rwmh", "svi"]
     assert np.isfinite(table["rmse"]).all()
     assert session["obs"].shape == (8 * 30, 100)
-    assert {"posterior", "sample_stats", "log_likelihood"} <= set(session["idata"].groups())
+    assert {"posterior", "sample_stats", "log_likelihood"} <= set(groups(session["idata"]))
     assert 0.0 <= session["curve"].optimal_acceptance <= 1.0
     assert session["r"].pruning_mask["layers.0.weight"].shape == (1, 5, 1000)
     assert session["kept"].numel() <= 1000

@@ -4,7 +4,7 @@ cell run again, a stopped study losing only its unfinished cells, bad input refu
 import json
 import sys
 
-import arviz as az
+from tests.support import arviz as az
 import numpy as np
 import pandas as pd
 import pytest
