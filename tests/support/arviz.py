@@ -45,9 +45,19 @@ def convert_to_dataset(array):
     return _base.convert_to_dataset(array)
 
 
+#: ArviZ 1.x's PSIS refuses, where ArviZ 0.2x warns, draws too few (a tail of S / 5 < 5 draws) or constant
+DEGENERATE_DRAWS = ("n_draws_tail must be at least 5", "All tail values are the same")
+
+
 def loo(idata):
-    """PSIS-LOO; ``.elpd_loo`` as in ArviZ 0.2x."""
-    return SimpleNamespace(elpd_loo=elpd_loo(idata))
+    """PSIS-LOO; ``.elpd_loo`` as in ArviZ 0.2x. NaN where ArviZ 1.x refuses too few or constant
+    draws (:data:`DEGENERATE_DRAWS`), as ArviZ 0.2x gives a warning and no usable number there."""
+    try:
+        return SimpleNamespace(elpd_loo=elpd_loo(idata))
+    except ValueError as err:
+        if not (ARVIZ_1 and any(m in str(err) for m in DEGENERATE_DRAWS)):
+            raise
+        return SimpleNamespace(elpd_loo=float("nan"))
 
 
 def plot_trace(idata):
