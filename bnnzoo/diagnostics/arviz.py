@@ -450,7 +450,8 @@ def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_si
         groups["warmup_sample_stats"] = _stats(src.warmup_stats, {})
     if num_prior is None:
         num_prior = min(chains * draws, MAX_PRIOR_SAMPLES)
-    if model is not None and src.has_data:
+    # a plain Pyro model is traced even without these groups: its deterministic sites belong to the posterior
+    if model is not None and src.has_data and (want_ll or want_pp or num_prior or not isinstance(model, BNN)):
         if isinstance(model, BNN):
             x, y = _bnn_data(src.args, src.kwargs)
             ll, pp = {}, {}
