@@ -115,9 +115,11 @@ def group(idata, name: str) -> xr.Dataset | None:
 
 
 def from_netcdf(path):
-    """Open a NetCDF file of either ArviZ version (InferenceData under 0.2x, DataTree under 1.x)."""
+    """Open a NetCDF file of either ArviZ version (InferenceData under 0.2x, DataTree under 1.x).
+    Under 1.x the data are read into memory and the file is closed, so it can be written again."""
     if ARVIZ_1:
-        return xr.open_datatree(str(path))
+        with xr.open_datatree(str(path)) as tree:
+            return tree.load()
     return _base.from_netcdf(str(path))
 
 
