@@ -1,13 +1,29 @@
 # bnnzoo: `make demo` runs the end-to-end comparison, `make test` the test suite, `make test-ray`
 # the studies on a local Ray (it installs the ray extra first), `make docs` the documentation site
-# into site/ (offline, warnings are errors; it installs the docs extra first).
-# Each creates .venv if missing and installs what it needs. torch is installed
-# first and pinned, so installing bnnzoo never pulls another build. TORCH_INDEX,
-# when set, is the only index that torch comes from: TORCH_INDEX=https://download.pytorch.org/whl/cpu
-# enforces the CPU wheel (PyPI's Linux wheel brings the CUDA libraries).
+# into site/ (offline, warnings are errors; it installs the docs extra first), `make test-py312`
+# the suite on Python 3.12 with ArviZ 1.x (`make test-py313`: Python 3.13).
+# Each creates its virtualenv if missing (.venv; .venv312, .venv313) and installs what it needs.
+# torch is installed first and pinned, so installing bnnzoo never pulls another build, and so is
+# ArviZ: .venv keeps ArviZ 0.2x (ARVIZ), the newer Pythons get ArviZ 1.x (ARVIZ_NEW); bnnzoo
+# works with both. TORCH_INDEX, when set, is the only index that torch comes from:
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu enforces the CPU wheel.
+#
+# PyPI's Linux torch wheel is the CUDA build: for Python 3.12 and 3.13 `pip install torch` brings
+# the 0.5 GB wheel plus about 2.5 GB of nvidia-* and triton packages (about 3 GB unpacked), which
+# torch needs even on CPU (`import torch` loads libcudnn etc.; a --no-deps install fails there).
+# From PyPI with an empty pip cache, the whole .venv312 (torch, its CUDA libraries, ArviZ 1.x,
+# bnnzoo[dev]) took 274 s to install on a 2-core CI machine (PIP_NO_CACHE_DIR=1).
 PYTHON ?= python3
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?=
+ARVIZ ?= arviz>=0.17,<1
+ARVIZ_NEW ?= arviz>=1
+# a Python 3.12 / 3.13: python3.12 on PATH if it runs, else pyenv's newest 3.12.x
+find_python = $(shell python$(1) -c "" >/dev/null 2>&1 && echo python$(1) || \
+	{ v=$$(pyenv versions --bare 2>/dev/null | grep -E '^$(subst .,\.,$(1))\.[0-9]+$$' | tail -1); \
+	  [ -n "$$v" ] && echo "$$(pyenv root)/versions/$$v/bin/python$(1)"; })
+PYTHON312 ?= $(call find_python,3.12)
+PYTHON313 ?= $(call find_python,3.13)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -17,15 +33,32 @@ DOCS_STAMP := $(VENV)/.installed-docs
 # workers on two cores halve the suite's wall time; TEST_WORKERS=0 runs it in this process
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-slow test-ray docs bench install clean
+.PHONY: demo test test-slow test-ray test-py312 test-py313 docs bench install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)") "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[dev]" "$(ARVIZ)"
 	touch $(STAMP)
+
+# .venv312 / .venv313: the same install on a newer Python, with ArviZ 1.x
+.PRECIOUS: .venv3%/bin/python .venv3%/.installed
+.venv3%/bin/python:
+	@test -n "$(PYTHON3$*)" || { echo "no Python 3.$* found (set PYTHON3$*=/path/to/python3.$*)"; exit 1; }
+	$(PYTHON3$*) -m venv .venv3$*
+
+.venv3%/.installed: .venv3%/bin/python pyproject.toml
+	.venv3$*/bin/python -m pip install -q $(if $(TORCH_INDEX),--index-url "$(TORCH_INDEX)") "$(TORCH)"
+	.venv3$*/bin/python -m pip install -q -e ".[dev]" "$(ARVIZ_NEW)"
+	touch $@
+
+test-py312: .venv312/.installed
+	.venv312/bin/python -m pytest -n $(TEST_WORKERS)
+
+test-py313: .venv313/.installed
+	.venv313/bin/python -m pytest -n $(TEST_WORKERS)
 
 $(RAY_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[dev,ray]"
@@ -59,4 +92,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sampling.py
 
 clean:
-	rm -rf $(VENV) out site .pytest_cache
+	rm -rf $(VENV) .venv312 .venv313 out site .pytest_cache

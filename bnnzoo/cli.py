@@ -448,28 +448,29 @@ def cmd_list(args) -> int:
 
 
 #: InferenceData attributes every run has; the others are the engine's notes
-_RUN_ATTRS = {"created_at", "arviz_version", "inference_library", "inference_library_version", "bnnzoo_version",
-              "num_chains", "num_draws", "engine", "method", "sampling_time", "num_warmup", "options", "model"}
+_RUN_ATTRS = {"created_at", "arviz_version", "creation_library", "creation_library_version",
+              "creation_library_language", "sample_dims", "inference_library", "inference_library_version",
+              "bnnzoo_version", "num_chains", "num_draws", "engine", "method", "sampling_time", "num_warmup", "options", "model"}
 
 
 def cmd_inspect(args) -> int:
     import json
     import math
 
-    import arviz as az
     import pandas as pd
 
     from .diagnostics import chain_table, run_diagnostics, summary
+    from .diagnostics._arviz import from_netcdf, groups
 
     path = Path(args.run)
     if not path.exists():
         raise FileNotFoundError(f"run file not found: {path}")
-    idata = az.from_netcdf(str(path))
+    idata = from_netcdf(path)
     attrs = dict(idata.posterior.attrs)
     options = json.loads(attrs.get("options", "{}"))
     table, chains = summary(idata), chain_table(idata)
     per_chain = lambda column, fmt: ", ".join(format(v, fmt) for v in chains[column])  # noqa: E731
-    print(f"{path}: groups {', '.join(idata.groups())}")
+    print(f"{path}: groups {', '.join(groups(idata))}")
     for key in ("engine", "method", "model", "sampling_time", "num_chains", "num_draws", "num_warmup"):
         if key in attrs:
             print(f"  {key}: {attrs[key]:.4g}" if isinstance(attrs[key], float) else f"  {key}: {attrs[key]}")
@@ -488,7 +489,7 @@ def cmd_inspect(args) -> int:
     if "lp" in table.index:  # NaN where there are too few draws, as in the report's table
         tail = f", ESS tail {table.loc['lp', 'ess_tail']:.0f}" if "lp" in table.index else ""
         print(f"  lp: R-hat {run['rhat_lp']:.3f}, ESS bulk {run['ess_lp']:.0f}{tail}")
-    if "predictions" in idata.groups():
+    if "predictions" in groups(idata):
         print(f"  function space (predictive mean at the test inputs): R-hat max {run['rhat_f_max']:.3f}, "
               f"ESS bulk min {run['ess_f_min']:.0f}")
     if "verdict" in table.attrs:  # an ensemble warm start: judged within modes

@@ -7,6 +7,7 @@ import re
 from bnnzoo.inference import ENGINES
 
 from tests.support.markdown import ROOT, blocks, check_run_file, run_session
+from bnnzoo.diagnostics import groups
 
 README = ROOT / "README.md"
 
@@ -27,7 +28,7 @@ def test_python_blocks_run_top_to_bottom_as_one_session(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # anything a block writes lands here
     session = run_session(README)
     assert session["S"] == 10
-    assert {"posterior", "sample_stats", "log_likelihood"} <= set(session["idata"].groups())
+    assert {"posterior", "sample_stats", "log_likelihood"} <= set(groups(session["idata"]))
 
 
 def test_toml_blocks_are_valid_run_files(tmp_path):

@@ -7,6 +7,7 @@ reads a :class:`~bnnzoo.results.Run` (duck-typed) or a finished ``pyro.infer.MCM
 acceptance sweeps, efficiency curves, reports) live in :mod:`bnnzoo.experiments`.
 """
 
+from ._arviz import ARVIZ_1, from_netcdf, groups
 from .arviz import posterior_dataset, site_dims, to_inference_data
 from .predictive import (
     accuracy,
@@ -28,6 +29,7 @@ from .summary import (cap_hits, chain_table, ess_rhat, mixing, never_moved, run_
 from .theory import optimal_acceptance, theoretical_efficiency, theoretical_optimal_acceptance
 
 __all__ = [
+    "ARVIZ_1", "from_netcdf", "groups",
     "optimal_acceptance", "theoretical_efficiency", "theoretical_optimal_acceptance",
     "PredictiveReference", "ensemble_run", "load_reference", "member_mixing", "reference_from_run", "save_reference",
     "scorecard",

@@ -1,14 +1,16 @@
-"""Every run as ``arviz.InferenceData``: :func:`to_inference_data`.
+"""Every run as ArviZ data: :func:`to_inference_data`.
 
-This module holds every ArviZ call that *builds* InferenceData (a later move to
-ArviZ 1.x touches only this file). It uses ``az.from_dict`` only, never
-``az.from_pyro`` (which keeps only ``diverging``, crashes on kernels without
-divergences, and no longer exists in ArviZ 1.x).
+Under ArviZ 0.2x the result is an ``arviz.InferenceData``, under ArviZ 1.x the ``xarray.DataTree``
+that ArviZ 1.x works on, with the same groups, variables, dims, statistic names and attributes;
+:mod:`bnnzoo.diagnostics._arviz` holds the few calls that differ. It is built with ArviZ's
+``from_dict`` only, never ``az.from_pyro`` (which keeps only ``diverging``, crashes on kernels
+without divergences, and no longer exists in ArviZ 1.x).
 
 Groups
 ------
 posterior
-    Every sampled site, constrained, ``(chain, draw, ...)``. BNN weights get named
+    Every sampled site, constrained, ``(chain, draw, ...)``, and every ``pyro.deterministic``
+    site of a plain Pyro model (recomputed from each draw when the model and its data are known). BNN weights get named
     dims: ``layers.0.weight -> (layers.0.weight_out, layers.0.weight_in)``, conv
     kernels ``(_out, _in, _kh, _kw)``, biases ``(_out,)``; other sites ``<name>_dim_<k>``.
 sample_stats
@@ -53,7 +55,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-import arviz as az
 import numpy as np
 import pyro
 import torch
@@ -62,6 +63,7 @@ from pyro import poutine
 
 from ..models import BNN
 from ..models.bnn import OBSERVED
+from . import _arviz
 from .predictive import flat_values, map_draws
 from .members import add_members
 
@@ -89,6 +91,8 @@ class _Source:
     warmup_stats: dict[str, np.ndarray] = field(default_factory=dict)
     model: Callable | None = None
     args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    has_data: bool = False
     x_test: Any = None
     attrs: dict[str, Any] = field(default_factory=dict)
     loss: np.ndarray | None = None
@@ -104,8 +108,8 @@ MAX_PRIOR_SAMPLES = 500
 def to_inference_data(run_or_mcmc, *, model=None, data=None, log_likelihood: bool = True,
                       posterior_predictive: bool = True, predictions: bool = True, prior: bool = True,
                       num_prior_samples: int | None = None, chunk_size: int = 256,
-                      seed: int = 0) -> az.InferenceData:
-    """Convert a :class:`~bnnzoo.results.Run` or a finished ``pyro.infer.MCMC`` to InferenceData.
+                      seed: int = 0):
+    """Convert a :class:`~bnnzoo.results.Run` or a finished ``pyro.infer.MCMC`` to ArviZ data.
 
     Parameters
     ----------
@@ -117,9 +121,11 @@ def to_inference_data(run_or_mcmc, *, model=None, data=None, log_likelihood: boo
         MCMC only: the model, to compute ``log_likelihood`` and
         ``posterior_predictive``. A BNN takes the fast batched path; any other
         Pyro model is traced once per draw, conditioned on it.
-    data : tuple or Dataset, optional
-        MCMC only: the model's positional arguments (``(x, y)`` for a BNN), or a
-        :class:`~bnnzoo.data.Dataset` (train split; test split for ``predictions``).
+    data : tuple, dict or Dataset, optional
+        MCMC only: the model's positional arguments (``(x, y)`` for a BNN), its keyword
+        arguments (``{"x": x, "y": y}``), or a :class:`~bnnzoo.data.Dataset` (train split; test
+        split for ``predictions``). Left out with a model: the arguments, positional and keyword,
+        that the MCMC ran the model with.
     log_likelihood, posterior_predictive, predictions : bool
         Build these groups (when a model and data are known).
     prior : bool
@@ -134,7 +140,7 @@ def to_inference_data(run_or_mcmc, *, model=None, data=None, log_likelihood: boo
 
     Returns
     -------
-    arviz.InferenceData
+    arviz.InferenceData (ArviZ 0.2x) or xarray.DataTree (ArviZ 1.x)
 
     Examples
     --------
@@ -162,7 +168,8 @@ def to_inference_data(run_or_mcmc, *, model=None, data=None, log_likelihood: boo
 
 def posterior_dataset(samples: Mapping[str, np.ndarray]) -> xr.Dataset:
     """Draws ``[chain, draw, ...]`` as an ArviZ posterior dataset (for ``az.ess`` / ``az.rhat``)."""
-    return az.from_dict(posterior={k: np.asarray(v) for k, v in samples.items()}).posterior
+    idata = _arviz.from_dict({"posterior": {k: np.asarray(v) for k, v in samples.items()}})
+    return _arviz.group(idata, "posterior")
 
 
 # ------------------------------------------------------------------- sources
@@ -202,7 +209,7 @@ def _from_run(run) -> _Source:
         samples={k: np.asarray(v) for k, v in run.samples.items()},
         sample_stats={k: np.asarray(v) for k, v in run.sample_stats.items()},
         warmup_stats={k: np.asarray(v) for k, v in run.warmup_sample_stats.items()},
-        model=run.model, args=(data.x_train, data.y_train), x_test=data.x_test,
+        model=run.model, args=(data.x_train, data.y_train), has_data=True, x_test=data.x_test,
         attrs=attrs, loss=None if vi is None else np.asarray(vi.loss),
         vi_trace={} if vi is None else {k: np.asarray(v) for k, v in vi.terms.items()},
         inclusion_prob={k: np.asarray(v) for k, v in (run.inclusion_prob or {}).items()},
@@ -235,19 +242,27 @@ def _from_mcmc(mcmc, model, data) -> _Source:
     from ..results import split_mcmc  # the inference -> diagnostics hand-off, imports no kernel
 
     draws = split_mcmc(mcmc)
-    args, x_test = (), None
+    args, kwargs, x_test = (), {}, None
+    if data is not None and model is None:
+        raise ValueError("to_inference_data: data= needs model= (the model the data are the arguments of)")
     if data is not None:
         if all(hasattr(data, a) for a in ("x_train", "y_train", "x_test")):
             args, x_test = (data.x_train, data.y_train), data.x_test
         elif isinstance(data, (tuple, list)):
             args = tuple(data)
+        elif isinstance(data, Mapping):
+            kwargs = dict(data)
         else:
-            raise TypeError(f"data: expected a tuple of model arguments or a Dataset, got {type(data).__name__}")
-    if (model is None) != (data is None):
-        raise ValueError("to_inference_data: give both model= and data= for the log likelihood, or neither")
+            raise TypeError(f"data: expected a tuple of positional arguments, a dict of keyword arguments or a "
+                            f"Dataset, got {type(data).__name__}")
+    elif model is not None:  # the arguments the MCMC ran the model with, positional and keyword
+        recorded_args, recorded_kwargs = getattr(mcmc, "_args", None), getattr(mcmc, "_kwargs", None)
+        if recorded_args is None and recorded_kwargs is None:
+            raise ValueError("to_inference_data: the MCMC has not been run; give data= (the model's arguments)")
+        args, kwargs = tuple(recorded_args or ()), dict(recorded_kwargs or {})
     # the diagnostics compute on the host: data of a run on a GPU come over once
-    args = tuple(a.cpu() if torch.is_tensor(a) else a for a in args)
-    x_test = x_test.cpu() if torch.is_tensor(x_test) else x_test
+    host = lambda a: a.cpu() if torch.is_tensor(a) else a  # noqa: E731
+    args, kwargs, x_test = tuple(host(a) for a in args), {k: host(v) for k, v in kwargs.items()}, host(x_test)
     kernel = getattr(mcmc, "kernel", None)
     attrs = {
         "engine": type(kernel).__name__ if kernel is not None else "MCMC",
@@ -256,8 +271,8 @@ def _from_mcmc(mcmc, model, data) -> _Source:
         **draws.notes,  # failed chains
     }
     return _Source(samples=draws.samples, sample_stats=draws.sample_stats,
-                   warmup_stats=draws.warmup_sample_stats, model=model, args=args,
-                   x_test=x_test, attrs=attrs)
+                   warmup_stats=draws.warmup_sample_stats, model=model, args=args, kwargs=kwargs,
+                   has_data=model is not None, x_test=x_test, attrs=attrs)
 
 
 # ------------------------------------------------------------------- pieces
@@ -327,49 +342,73 @@ def _bnn_groups(model: BNN, samples, x, y, chunk_size: int, seed: int, want_pp: 
     return ll, pp
 
 
-def _generic_groups(model, samples, args, seed: int):
-    """Pointwise log likelihood and predictive draws of any Pyro model: one
-    conditioned trace per draw (slow path)."""
+def _is_deterministic(site) -> bool:
+    return site["type"] == "sample" and bool(site["infer"].get("_deterministic"))
+
+
+def _is_observed(site) -> bool:
+    return site["type"] == "sample" and site["is_observed"] and not site["infer"].get("_deterministic")
+
+
+def _generic_groups(model, samples, args, kwargs, seed: int, want_ll: bool = True, want_pp: bool = True):
+    """Pointwise log likelihood, predictive draws and ``pyro.deterministic`` sites of any Pyro
+    model: one trace per draw, conditioned on it (slow path)."""
     first = next(iter(samples.values()))
     chains, draws = first.shape[:2]
     ll: dict[str, list] = {}
     pp: dict[str, list] = {}
+    det: dict[str, list] = {}
     observed: dict[str, np.ndarray] = {}
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
         for i in range(chains * draws):
             draw = {k: v[0] for k, v in flat_values(samples, slice(i, i + 1)).items()}
-            trace = poutine.trace(poutine.condition(model, data=draw)).get_trace(*args)
+            trace = poutine.trace(poutine.condition(model, data=draw)).get_trace(*args, **kwargs)
             for name, site in trace.nodes.items():
-                if (site["type"] != "sample" or not site["is_observed"] or name in draw
-                        or site["infer"].get("_deterministic")):
+                if _is_deterministic(site):
+                    det.setdefault(name, []).append(np.asarray(site["value"].cpu().numpy()))
+                if not _is_observed(site) or name in draw:
                     continue
-                ll.setdefault(name, []).append(np.atleast_1d(site["fn"].log_prob(site["value"]).cpu().numpy()))
-                pp.setdefault(name, []).append(np.atleast_1d(site["fn"].sample().cpu().numpy()))
+                if want_ll:
+                    ll.setdefault(name, []).append(np.atleast_1d(site["fn"].log_prob(site["value"]).cpu().numpy()))
+                if want_pp:
+                    pp.setdefault(name, []).append(np.atleast_1d(site["fn"].sample().cpu().numpy()))
                 observed.setdefault(name, np.atleast_1d(site["value"].cpu().numpy()))
     shape = lambda rows: np.stack(rows).reshape((chains, draws) + rows[0].shape)  # noqa: E731
-    return ({k: shape(v) for k, v in ll.items()}, {k: shape(v) for k, v in pp.items()}, observed)
+    return ({k: shape(v) for k, v in ll.items()}, {k: shape(v) for k, v in pp.items()}, observed,
+            {k: shape(v) for k, v in det.items()})
 
 
-def _observed_sites(model, args) -> dict[str, np.ndarray]:
-    """The observed values of a Pyro model's observed sites (one trace from the prior)."""
+def _model_sites(model, args, kwargs) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The observed values of a Pyro model's observed sites and the names of its
+    ``pyro.deterministic`` sites (one trace from the prior)."""
     with torch.random.fork_rng(devices=[]), torch.no_grad():
-        trace = poutine.trace(model).get_trace(*args)
-    return {name: np.atleast_1d(site["value"].cpu().numpy()) for name, site in trace.nodes.items()
-            if site["type"] == "sample" and site["is_observed"] and not site["infer"].get("_deterministic")}
+        trace = poutine.trace(model).get_trace(*args, **kwargs)
+    observed = {name: np.atleast_1d(site["value"].cpu().numpy()) for name, site in trace.nodes.items()
+                if _is_observed(site)}
+    return observed, [name for name, site in trace.nodes.items() if _is_deterministic(site)]
 
 
-def _prior_groups(model, samples, args, observed: Mapping[str, np.ndarray], num: int, seed: int):
+def _bnn_data(args, kwargs):
+    """``(x, y)`` of a BNN's call, given positionally or by keyword."""
+    x = args[0] if len(args) > 0 else kwargs.get("x")
+    y = args[1] if len(args) > 1 else kwargs.get("y")
+    return x, y
+
+
+def _prior_groups(model, samples, args, kwargs, observed: Mapping[str, np.ndarray], num: int, seed: int):
     """``num`` draws of the model's priors and of its observed sites given them (one chain):
-    a BNN called without ``y``, any other model with its observed sites unconditioned."""
+    a BNN called without ``y``, any other model with its observed sites unconditioned.
+    ``samples``: the posterior's variables (sampled and deterministic sites), for their names and shapes."""
     if isinstance(model, BNN):
-        fn, call_args = model, tuple(args[:1])
+        fn, call_args, call_kwargs = model, (_bnn_data(args, kwargs)[0],), {}
     else:
-        fn, call_args = poutine.uncondition(model), tuple(args)
+        fn, call_args, call_kwargs = poutine.uncondition(model), tuple(args), dict(kwargs)
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed + 1)
         names = list(samples) + [k for k in observed if k not in samples]
-        draws = pyro.infer.Predictive(fn, num_samples=num, return_sites=names, parallel=False)(*call_args)
+        draws = pyro.infer.Predictive(fn, num_samples=num, return_sites=names, parallel=False)(*call_args,
+                                                                                              **call_kwargs)
     prior, predictive = {}, {}
     for name, value in draws.items():
         value = value.detach().cpu().numpy()
@@ -400,7 +439,7 @@ def _attrs(src: _Source, chains: int, draws: int) -> dict[str, Any]:
 
 # ------------------------------------------------------------------- build
 def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_size: int,
-           seed: int, num_prior: int | None = 0) -> az.InferenceData:
+           seed: int, num_prior: int | None = 0):
     chains, draws = _check_draws(src)
     model = src.model
     dims: dict[str, list[str]] = {
@@ -414,9 +453,10 @@ def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_si
         groups["warmup_sample_stats"] = _stats(src.warmup_stats, {})
     if num_prior is None:
         num_prior = min(chains * draws, MAX_PRIOR_SAMPLES)
-    if model is not None and src.args and (want_ll or want_pp or num_prior):
+    # a plain Pyro model is traced even without these groups: its deterministic sites belong to the posterior
+    if model is not None and src.has_data and (want_ll or want_pp or num_prior or not isinstance(model, BNN)):
         if isinstance(model, BNN):
-            x, y = src.args[:2]
+            x, y = _bnn_data(src.args, src.kwargs)
             ll, pp = {}, {}
             if want_ll or want_pp:
                 ll, pp = _bnn_groups(model, src.samples, x, y, chunk_size, seed, want_pp)
@@ -426,10 +466,13 @@ def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_si
             dims["x"] = ["obs_id", "feature"]
             dims[OBSERVED] = ["obs_id"]
         else:
-            if want_ll or want_pp:
-                ll, pp, observed = _generic_groups(model, src.samples, src.args, seed)
-            else:
-                ll, pp, observed = {}, {}, _observed_sites(model, src.args)
+            observed, deterministic = _model_sites(model, src.args, src.kwargs)
+            ll, pp = {}, {}
+            if want_ll or want_pp or deterministic:
+                ll, pp, observed, det = _generic_groups(model, src.samples, src.args, src.kwargs, seed,
+                                                         want_ll, want_pp)
+                groups["posterior"].update({k: v for k, v in det.items() if k not in src.samples})
+                dims.update({k: site_dims(k, v.shape[2:]) for k, v in det.items() if v.ndim > 2})
             for name, value in observed.items():
                 dims[name] = [f"{name}_dim_{k}" for k in range(value.ndim)]
         if want_ll and ll:
@@ -439,7 +482,8 @@ def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_si
         if observed:
             groups["observed_data"] = observed
         if num_prior:
-            prior, prior_pp = _prior_groups(model, src.samples, src.args, observed, num_prior, seed)
+            prior, prior_pp = _prior_groups(model, groups["posterior"], src.args, src.kwargs, observed,
+                                            num_prior, seed)
             if prior:
                 groups["prior"] = prior
             if prior_pp:
@@ -449,11 +493,8 @@ def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_si
         groups["predictions"] = {"f_mean": f_mean}
         dims["f_mean"] = ["test_id", "class"][: f_mean.ndim - 2]
     attrs = _attrs(src, chains, draws)
-    idata = az.from_dict(
-        **groups, dims=dims, pred_dims=dims, attrs=dict(attrs),
-        save_warmup=bool(src.warmup_stats),
-        posterior_attrs=dict(attrs), sample_stats_attrs=dict(attrs),
-    )
+    idata = _arviz.from_dict(groups, dims=dims, attrs=attrs,
+                             group_attrs={"posterior": attrs, "sample_stats": attrs})
     if src.loss is not None:
         loss = np.asarray(src.loss, dtype=np.float64).reshape(chains, -1)
         more = {k: (("chain", "step"), np.asarray(v, dtype=np.float64).reshape(loss.shape))
@@ -464,9 +505,9 @@ def _build(src: _Source, want_ll: bool, want_pp: bool, want_pred: bool, chunk_si
             attrs={"description": "SVI optimisation trace per step: loss (the negative-ELBO objective, "
                                   "KL reweighted per minibatch), elbo, nll, kl, learning rates"},
         )
-        idata.add_groups({"vi_trace": trace})
+        _arviz.add_group(idata, "vi_trace", trace)
     if src.inclusion_prob:
-        idata.add_groups({"inclusion_prob": _inclusion_group(src.inclusion_prob, model)})
+        _arviz.add_group(idata, "inclusion_prob", _inclusion_group(src.inclusion_prob, model))
     return idata
 
 

@@ -27,12 +27,12 @@ import matplotlib
 if "matplotlib.pyplot" not in sys.modules and not os.environ.get("MPLBACKEND"):
     matplotlib.use("Agg")
 
-import arviz as az  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import xarray as xr  # noqa: E402
 
+from . import _arviz  # noqa: E402
 from .predictive import map_draws  # noqa: E402
 from .theory import theoretical_efficiency, theoretical_optimal_acceptance  # noqa: E402
 
@@ -253,7 +253,7 @@ def plot_rank(source, var_names=None, *, num_points: int = 3, bins: int | None =
                           interpolation="nearest", origin="lower", extent=(0, 1, -0.5, chains - 0.5))
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            rhat = float(az.rhat(values)) if chains > 1 else float("nan")
+            rhat = float(_arviz.rhat(values)) if chains > 1 else float("nan")
         ax.set_title(f"{name}\nR-hat {rhat:.3f}", fontsize="small")
         ax.set_xlabel("rank (fraction of all draws)", fontsize="small")
         step = max(1, -(-chains // 8))
@@ -269,7 +269,7 @@ def plot_rank(source, var_names=None, *, num_points: int = 3, bins: int | None =
 
 
 def e_bfmi(energy: np.ndarray) -> np.ndarray:
-    """E-BFMI per chain of ``energy [chain, draw]`` (``az.bfmi`` of each chain's finite
+    """E-BFMI per chain of ``energy [chain, draw]`` (ArviZ's ``bfmi`` of each chain's finite
     energies; NaN for a chain with fewer than 3); below 0.3 the momentum resampling explores
     the energy poorly."""
     out = []
@@ -277,7 +277,7 @@ def e_bfmi(energy: np.ndarray) -> np.ndarray:
         finite = chain[np.isfinite(chain)]
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            out.append(float(az.bfmi(finite[None])[0]) if finite.size > 2 else np.nan)
+            out.append(float(np.ravel(_arviz.bfmi(finite[None]))[0]) if finite.size > 2 else np.nan)
     return np.array(out)
 
 

@@ -1,4 +1,4 @@
-"""One table per run: ``az.summary`` plus ESS per second, sparsity, per-chain
+"""One table per run: ArviZ's summary plus ESS per second, sparsity, per-chain
 sampler statistics (cap hits of NUTS/ChEES trajectories: :func:`cap_hits`) and the run's own verdicts (:func:`summary`, :func:`chain_table`,
 :func:`run_checks`: SG-MCMC chains that failed, SVI fits that did not converge; :func:`never_moved`:
 chains that never left their start), and the mixing numbers that compare engines (:func:`mixing`).
@@ -26,10 +26,10 @@ import re
 import warnings
 from contextlib import contextmanager
 
-import arviz as az
 import numpy as np
 import pandas as pd
 
+from . import _arviz
 from .arviz import posterior_dataset, to_inference_data
 from .members import idata_member_mixing
 from .predictive import function_draws, function_scalars
@@ -46,13 +46,15 @@ def _quiet():
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         warnings.simplefilter("ignore", UserWarning)
-        logger = logging.getLogger("arviz")
-        level = logger.level
-        logger.setLevel(logging.ERROR)
+        loggers = [logging.getLogger(name) for name in ("arviz", "arviz_base", "arviz_stats")]
+        levels = [logger.level for logger in loggers]
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
         try:
             yield
         finally:
-            logger.setLevel(level)
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
 
 
 def _idata(idata_or_run):
@@ -60,7 +62,8 @@ def _idata(idata_or_run):
         return idata_or_run
     if hasattr(idata_or_run, "samples") and hasattr(idata_or_run, "engine"):
         return to_inference_data(idata_or_run)
-    raise TypeError(f"expected arviz.InferenceData or a bnnzoo Run, got {type(idata_or_run).__name__}")
+    raise TypeError(f"expected arviz.InferenceData, an ArviZ DataTree or a bnnzoo Run, "
+                    f"got {type(idata_or_run).__name__}")
 
 
 def sampling_time(idata) -> float:
@@ -220,9 +223,31 @@ def chain_table(idata_or_run, sparsity_threshold: float = SPARSITY_THRESHOLD) ->
     return table
 
 
+def _labels(name: str, values) -> list[str]:
+    """ArviZ's row labels of a variable's scalars: ``name`` or ``name[i, j]`` (its coordinate values)."""
+    coords = [values[dim].values if dim in values.coords else np.arange(size)
+              for dim, size in zip(values.dims[2:], values.shape[2:])]
+    if not coords:
+        return [name]
+    grid = np.meshgrid(*coords, indexing="ij")
+    return [f"{name}[{', '.join(str(c) for c in point)}]" for point in zip(*(g.ravel() for g in grid))]
+
+
+def _sparsity_column(posterior, index, threshold: float) -> pd.Series:
+    """Per summary row, the fraction of draws with ``|value| < threshold`` (NaN for rows of no
+    posterior scalar, e.g. ``lp``)."""
+    fractions = {}
+    for name in posterior.data_vars:
+        values = posterior[name]
+        small = (np.abs(np.asarray(values.values, dtype=float)) < threshold).reshape(
+            (-1,) + values.shape[2:]).mean(0)
+        fractions.update(zip(_labels(str(name), values), np.ravel(small)))
+    return pd.Series(fractions, dtype=float).reindex(index)
+
+
 def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSITY_THRESHOLD,
             include_lp: bool = True, **summary_kwargs) -> pd.DataFrame:
-    """``az.summary`` plus ESS per second, sparsity, acceptance and divergences.
+    """ArviZ's summary (``az.summary``) plus ESS per second, sparsity, acceptance and divergences.
 
     Parameters
     ----------
@@ -234,12 +259,15 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
     include_lp : bool
         Add a row ``lp`` (the log density's mean, ESS, R-hat) from ``sample_stats``.
     **summary_kwargs
-        Passed to ``az.summary`` (``hdi_prob``, ``round_to``, ...).
+        Passed to ArviZ's summary (``round_to``; ``hdi_prob`` under ArviZ 0.2x, ``ci_prob`` and
+        ``ci_kind`` under ArviZ 1.x).
 
     Returns
     -------
     pandas.DataFrame
-        One row per scalar, ``az.summary``'s columns plus ``ess_bulk_per_s``,
+        One row per scalar, ArviZ's summary columns (``mean``, ``sd``, the credible interval
+        (0.2x: ``hdi_3%``, ``hdi_97%``; 1.x: e.g. ``eti89_lb``, ``eti89_ub``), ``mcse_mean``,
+        ``mcse_sd``, ``ess_bulk``, ``ess_tail``, ``r_hat``) plus ``ess_bulk_per_s``,
         ``ess_tail_per_s`` (ESS over the run's wall time), ``sparsity`` (fraction
         of draws with ``|value| < threshold``) and the run-level ``acceptance`` (mean
         acceptance probability over every chain and draw), ``divergences`` (their
@@ -256,12 +284,12 @@ def summary(idata_or_run, var_names=None, *, sparsity_threshold: float = SPARSIT
         members, modes visited) and ``verdict``: "converged within modes" or not, in words.
     """
     idata = _idata(idata_or_run)
-    near_zero = {"sparsity": lambda a: float(np.mean(np.abs(a) < sparsity_threshold))}
     with _quiet():
-        table = az.summary(idata, var_names=var_names, stat_funcs=near_zero, extend=True, **summary_kwargs)
+        table = pd.DataFrame(_arviz.summary(idata, var_names=var_names, **summary_kwargs))
+        table["sparsity"] = _sparsity_column(idata.posterior, table.index, sparsity_threshold)
         stats = getattr(idata, "sample_stats", None)
         if include_lp and stats is not None and "lp" in stats:
-            lp = az.summary(idata, group="sample_stats", var_names=["lp"], **summary_kwargs)
+            lp = pd.DataFrame(_arviz.summary(idata, group="sample_stats", var_names=["lp"], **summary_kwargs))
             table = pd.concat([table, lp])
     if "lp" in table.index:  # the run-level numbers, as run_diagnostics computes them (unrounded)
         lp = np.asarray(stats["lp"].values, dtype=np.float64)
@@ -412,14 +440,14 @@ def ess_rhat(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"ess_rhat: draws must be [chain, draw, ...], got shape {draws.shape}")
     ds = posterior_dataset({"v": draws})
     with _quiet():
-        ess = az.ess(ds, method="bulk")["v"].values
-        rhat = az.rhat(ds)["v"].values
+        ess = _arviz.ess(ds, method="bulk")["v"].values
+        rhat = _arviz.rhat(ds)["v"].values
     return ess, rhat
 
 
 def _dataset_extremes(ds) -> tuple[float, float]:
     with _quiet():
-        ess, rhat = az.ess(ds, method="bulk"), az.rhat(ds)
+        ess, rhat = _arviz.ess(ds, method="bulk"), _arviz.rhat(ds)
     ess_min = _nanmin(np.concatenate([np.ravel(ess[k].values) for k in ess.data_vars]))
     rhat_max = _nanmax(np.concatenate([np.ravel(rhat[k].values) for k in rhat.data_vars]))
     return ess_min, rhat_max

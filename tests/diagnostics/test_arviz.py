@@ -1,5 +1,5 @@
 
-import arviz as az
+from tests.support import arviz as az
 import numpy as np
 import pyro
 import pyro.distributions as dist
@@ -18,8 +18,8 @@ DATA_GROUPS = {"posterior", "sample_stats", "log_likelihood", "posterior_predict
 
 def test_groups_names_dims_and_shapes(rwmh_run, cosine):
     idata = to_inference_data(rwmh_run)
-    assert DATA_GROUPS <= set(idata.groups())
-    assert "warmup_sample_stats" in idata.groups()
+    assert DATA_GROUPS <= set(az.groups(idata))
+    assert "warmup_sample_stats" in az.groups(idata)
     assert set(idata.posterior.data_vars) == set(rwmh_run.samples)
     post = idata.posterior
     assert post["layers.0.weight"].dims == ("chain", "draw", "layers.0.weight_out", "layers.0.weight_in")
@@ -94,7 +94,7 @@ def test_mcmc_with_11_sequential_chains(kernel, y_obs):
     mcmc = MCMC(kernel(conjugate_model), num_samples=20, warmup_steps=20, num_chains=11, disable_progbar=True)
     mcmc.run(y_obs)
     bare = to_inference_data(mcmc)
-    assert set(bare.groups()) == {"posterior", "sample_stats"}
+    assert set(az.groups(bare)) == {"posterior", "sample_stats"}
     mu = mcmc.get_samples(group_by_chain=True)["mu"].numpy()
     np.testing.assert_array_equal(bare.posterior["mu"].values, mu)
     np.testing.assert_array_equal(bare.posterior["chain"].values, np.arange(11))
@@ -159,7 +159,7 @@ def test_rwmh_exports_without_energy(rwmh_run):
 
 def test_svi_loss_trace_and_netcdf(svi_run, tmp_path):
     idata = to_inference_data(svi_run)
-    assert "vi_trace" in idata.groups()
+    assert "vi_trace" in az.groups(idata)
     np.testing.assert_allclose(idata.vi_trace["loss"].values, svi_run.vi.loss)
     assert idata.vi_trace["loss"].dims == ("chain", "step")
     assert idata.posterior.attrs["method"] == "vi"
@@ -167,7 +167,7 @@ def test_svi_loss_trace_and_netcdf(svi_run, tmp_path):
     path = tmp_path / "svi.nc"
     idata.to_netcdf(str(path))
     back = az.from_netcdf(str(path))
-    assert "vi_trace" in back.groups()
+    assert "vi_trace" in az.groups(back)
     np.testing.assert_allclose(back.vi_trace["loss"].values, svi_run.vi.loss)
 
 
@@ -176,7 +176,7 @@ def test_netcdf_round_trip(rwmh_run, tmp_path):
     path = tmp_path / "rwmh.nc"
     idata.to_netcdf(str(path))
     back = az.from_netcdf(str(path))
-    assert DATA_GROUPS <= set(back.groups())
+    assert DATA_GROUPS <= set(az.groups(back))
     np.testing.assert_array_equal(back.posterior["layers.1.weight"].values, rwmh_run.samples["layers.1.weight"])
     assert back.sample_stats["diverging"].dtype == bool
     np.testing.assert_array_equal(back.log_likelihood["obs"].values, idata.log_likelihood["obs"].values)
@@ -191,9 +191,9 @@ def test_summary_of_a_run_builds_its_inference_data(rwmh_run):
 
 def test_optional_groups_and_bad_arguments(rwmh_run):
     idata = to_inference_data(rwmh_run, log_likelihood=False, posterior_predictive=False, predictions=False)
-    assert "log_likelihood" not in idata.groups()
-    assert "posterior_predictive" not in idata.groups()
-    assert "predictions" not in idata.groups()
+    assert "log_likelihood" not in az.groups(idata)
+    assert "posterior_predictive" not in az.groups(idata)
+    assert "predictions" not in az.groups(idata)
     with pytest.raises(ValueError, match="model= and data="):
         to_inference_data(rwmh_run, model=rwmh_run.model)
     with pytest.raises(TypeError, match="Run or a pyro.infer.MCMC"):

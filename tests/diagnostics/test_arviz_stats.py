@@ -1,7 +1,7 @@
 """Every HMC-family engine exports ArviZ-complete sample stats, and every run with a model
 gets prior and prior_predictive groups that ArviZ's prior plots take."""
 
-import arviz as az
+from tests.support import arviz as az
 import numpy as np
 import pyro
 import pyro.distributions as dist
@@ -85,7 +85,7 @@ def test_prior_groups_of_a_run(engine_idata, tiny, close_figures):
     engine, result, idata = engine_idata
     if engine != "nuts":
         pytest.skip("once is enough")
-    assert {"prior", "prior_predictive", "observed_data"} <= set(idata.groups())
+    assert {"prior", "prior_predictive", "observed_data"} <= set(az.groups(idata))
     prior, post = idata.prior, idata.posterior
     assert set(prior.data_vars) == set(post.data_vars)
     for name in post.data_vars:
@@ -98,10 +98,10 @@ def test_prior_groups_of_a_run(engine_idata, tiny, close_figures):
     w = prior["layers.0.weight"].values
     assert abs(w.mean()) < 0.6 and 0.6 < w.std() < 1.5
     assert az.plot_ppc(idata, group="prior") is not None
-    assert az.plot_dist_comparison(idata) is not None
+    assert az.plot_prior_posterior(idata) is not None
     # skipped on request
     for kwargs in ({"prior": False}, {"num_prior_samples": 0}):
-        assert "prior" not in to_inference_data(result, **kwargs).groups()
+        assert "prior" not in az.groups(to_inference_data(result, **kwargs))
     assert to_inference_data(result, num_prior_samples=7).prior.sizes["draw"] == 7
     with pytest.raises(ValueError, match="num_prior_samples"):
         to_inference_data(result, num_prior_samples=-1)
@@ -118,7 +118,7 @@ def test_prior_groups_of_an_mcmc_with_a_pyro_model(close_figures):
     pyro.set_rng_seed(0)
     mcmc = MCMC(NUTS(conjugate_model), num_samples=30, warmup_steps=30, num_chains=2, disable_progbar=True)
     mcmc.run(y)
-    assert "prior" not in to_inference_data(mcmc).groups()  # no model: no prior
+    assert "prior" not in az.groups(to_inference_data(mcmc))  # no model: no prior
     idata = to_inference_data(mcmc, model=conjugate_model, data=(y,), num_prior_samples=400)
     assert idata.prior["mu"].shape == (1, 400)
     assert idata.prior_predictive["y"].shape == (1, 400, 6)
@@ -127,9 +127,9 @@ def test_prior_groups_of_an_mcmc_with_a_pyro_model(close_figures):
     assert abs(mu.mean()) < 0.2 and abs(mu.std() - 1) < 0.15
     # y | mu ~ N(mu, 1): prior predictive sd sqrt(2)
     assert abs(idata.prior_predictive["y"].values.std() - np.sqrt(2)) < 0.15
-    assert "log_likelihood" in idata.groups() and "posterior_predictive" in idata.groups()
+    assert "log_likelihood" in az.groups(idata) and "posterior_predictive" in az.groups(idata)
     assert az.plot_ppc(idata, group="prior") is not None
-    assert az.plot_dist_comparison(idata) is not None
+    assert az.plot_prior_posterior(idata) is not None
     stats = idata.sample_stats
     assert {"energy", "energy_error", "max_energy_error"} <= set(stats)
     assert all(stats[k].dtype == np.float64 for k in ("energy", "energy_error", "max_energy_error"))

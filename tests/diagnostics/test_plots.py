@@ -1,4 +1,4 @@
-import arviz as az
+from tests.support import arviz as az
 import numpy as np
 import pandas as pd
 import pytest

@@ -6,7 +6,7 @@ accept the result), not accuracy; the exact-posterior tests are elsewhere.
 
 import warnings
 
-import arviz as az
+from tests.support import arviz as az
 import matplotlib
 import numpy as np
 import pyro
@@ -117,19 +117,21 @@ def test_kernel_runs_and_chains_are_chains(model_name, kernel_name, config):
         for name, value in grouped.items():
             expected = az.rhat(az.convert_to_dataset(value.double().numpy()), method="split")["x"].values
             np.testing.assert_allclose(rhat[name]["r_hat"].double().numpy(), expected, rtol=1e-6, equal_nan=True)
-    # ArviZ accepts the export
-    data = (args[0], kwargs.get("y", args[1] if len(args) > 1 else None)) if args else None
-    idata = to_inference_data(mcmc, model=model if args else None, data=data if args else None)
+    # ArviZ accepts the export; the model's arguments, positional and keyword, are those the MCMC ran it with
+    idata = to_inference_data(mcmc, model=model, num_prior_samples=0)
     assert idata.posterior.sizes["chain"] == chains and idata.posterior.sizes["draw"] == DRAWS
+    assert ("log_likelihood" in az.groups(idata)) == bool(args)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         az.summary(idata)
-        if "log_likelihood" in idata.groups():
+        if "log_likelihood" in az.groups(idata):
             az.loo(idata)
         az.plot_trace(idata)
         if kernel_name in HMC_FAMILY:
             az.plot_energy(idata)
             assert np.all(np.isfinite(az.bfmi(idata))) or chains == 1
+        if az.ARVIZ_1:
+            assert {"ess", "rhat"} <= set(az.diagnose(idata))
     plt.close("all")
 
 
