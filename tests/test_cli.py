@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 import pandas as pd
 import pytest
 

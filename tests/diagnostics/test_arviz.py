@@ -1,5 +1,5 @@
 
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 import numpy as np
 import pyro
 import pyro.distributions as dist

@@ -1,7 +1,7 @@
 """Every HMC-family engine exports ArviZ-complete sample stats, and every run with a model
 gets prior and prior_predictive groups that ArviZ's prior plots take."""
 
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 import numpy as np
 import pyro
 import pyro.distributions as dist

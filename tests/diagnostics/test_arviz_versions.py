@@ -28,7 +28,7 @@ from bnnzoo.inference import run
 from bnnzoo.inference.engines.registry import ENGINES
 from bnnzoo.models import BNN, zoo
 from bnnzoo.results import Run
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 from tests.support import resume_child
 
 NETCDF = Path(__file__).parent / "netcdf"

@@ -1,4 +1,4 @@
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 import numpy as np
 import pandas as pd
 import pytest

@@ -1,7 +1,7 @@
 import dataclasses
 import math
 
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 import numpy as np
 import pytest
 

@@ -1,7 +1,7 @@
 """Studies on Ray (a local Ray with 2 workers): every cell's draws and row equal to those of the
 same cell run in this process. Marked ``ray`` (``make test-ray``); skipped without Ray."""
 
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 import numpy as np
 import pandas as pd
 import pytest

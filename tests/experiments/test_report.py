@@ -1,7 +1,7 @@
 """write_report(): one NetCDF per run, the table as CSV, figures and report.md, each run's
 InferenceData built once by bnnzoo.diagnostics.to_inference_data."""
 
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 import numpy as np
 import pandas as pd
 

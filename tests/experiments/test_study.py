@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 import numpy as np
 import pandas as pd
 import pytest

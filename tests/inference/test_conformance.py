@@ -6,7 +6,7 @@ accept the result), not accuracy; the exact-posterior tests are elsewhere.
 
 import warnings
 
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 import matplotlib
 import numpy as np
 import pyro

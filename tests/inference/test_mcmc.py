@@ -2,7 +2,7 @@
 
 import warnings
 
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 import numpy as np
 import pyro
 import pyro.distributions as dist

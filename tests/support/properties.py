@@ -137,9 +137,11 @@ def bad(annotation: Any, value: Any, free_text: bool = False) -> bool:
 
 
 def typo(name: str) -> st.SearchStrategy[str]:
-    """A misspelling of ``name`` (of two letters or more): a letter doubled, two swapped or one
-    dropped (where a swap changes nothing)."""
+    """A misspelling of ``name``: a letter doubled, two swapped or one dropped (where a swap changes
+    nothing); a one-letter name (``L``) doubled."""
     def spell(i: int, how: int) -> str:
+        if len(name) < 2:
+            return name + name
         i = i % (len(name) - 1)
         wrong = name[:i] + name[i] + name[i:] if how == 0 else name[:i] + name[i + 1] + name[i] + name[i + 2:]
         return wrong if wrong != name else name[:i] + name[i + 1:]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 import numpy as np
 import torch
 

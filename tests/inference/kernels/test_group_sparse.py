@@ -14,7 +14,7 @@ from bnnzoo.diagnostics import summary
 from bnnzoo.inference import BNNPotential, GroupSparseSGHMC, GroupSparseSGHMCOptimizer, run
 from bnnzoo.inference.group_em import e_step, em_due, group_sparse_sghmc_update
 from bnnzoo.models import BNN, BNNSpec, Dense, Gaussian, GaussianLikelihood, GroupSpikeAndSlab
-from tests.support import arviz as az
+from tests.support import arviz_calls as az
 
 
 def _spec(p=6, hidden=None, group="auto"):

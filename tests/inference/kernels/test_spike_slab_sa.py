@@ -196,7 +196,7 @@ def test_inclusion_probabilities_in_inference_data(sa_run, tmp_path):
     assert "sigma[layers.0.weight]" in idata.sample_stats
     path = tmp_path / "sa.nc"
     idata.to_netcdf(str(path))
-    from tests.support import arviz as az
+    from tests.support import arviz_calls as az
 
     back = az.from_netcdf(str(path))
     np.testing.assert_allclose(back.inclusion_prob["layers.0.weight"].values, rho)

@@ -1,4 +1,4 @@
-"""ArviZ in the tests, one set of calls under ArviZ 0.2x and 1.x: ``from tests.support import arviz as az``.
+"""ArviZ in the tests, one set of calls under ArviZ 0.2x and 1.x: ``from tests.support import arviz_calls as az``.
 
 The statistics and I/O come from :mod:`bnnzoo.diagnostics._arviz`; ArviZ's own plots (which the
 export must feed) are ``arviz.plot_*`` under 0.2x and their ``arviz_plots`` counterparts under 1.x.
