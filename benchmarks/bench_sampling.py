@@ -205,14 +205,12 @@ def numpyro_nuts(bench, num_chains, draws, warmup, seed):
                                               "grads_per_draw": float(np.mean(steps))}, grads)
 
 
-def blackjax_chees(bench, num_chains, draws, warmup, seed):
-    """BlackJAX's ChEES-HMC (the same algorithm in JAX): its ChEES warm-up with a diagonal mass
-    matrix, Adam(0.025, b1=0, b2=0.95) on log T as bnnzoo's, then its jittered dynamic HMC for
-    ``draws // num_chains`` draws per chain, all chains vmapped; initial points uniform in
-    (-1, 1) as bnnzoo's ``init_radius=1``. Wall time includes JAX's compilation."""
-    import blackjax
+def jax_target(bench, num_chains, seed):
+    """What the BlackJAX rows share: the start of their timed span (after the model and data are
+    built, before NumPyro's initialisation), the function draws' map ``f_at``, the flat layout
+    (``flat``, ``unravel``), the log density on it, initial points uniform in (-1, 1) as bnnzoo's
+    ``init_radius=1``, and the warm-up and sampling keys."""
     import jax
-    import optax
     from jax.flatten_util import ravel_pytree
     from numpyro.infer.util import initialize_model
 
@@ -227,6 +225,19 @@ def blackjax_chees(bench, num_chains, draws, warmup, seed):
         return -info.potential_fn(unravel(q))
 
     positions = jax.random.uniform(key_init, (num_chains, flat.size), minval=-1.0, maxval=1.0)
+    return start, f_at, flat, unravel, logdensity, positions, (key_warmup, key_sample)
+
+
+def blackjax_chees(bench, num_chains, draws, warmup, seed):
+    """BlackJAX's ChEES-HMC (the same algorithm in JAX): its ChEES warm-up with a diagonal mass
+    matrix, Adam(0.025, b1=0, b2=0.95) on log T as bnnzoo's, then its jittered dynamic HMC for
+    ``draws // num_chains`` draws per chain, all chains vmapped; initial points uniform in
+    (-1, 1) as bnnzoo's ``init_radius=1``. Wall time includes JAX's compilation."""
+    import blackjax
+    import jax
+    import optax
+
+    start, f_at, flat, unravel, logdensity, positions, (key_warmup, key_sample) = jax_target(bench, num_chains, seed)
     adaptation = blackjax.chees_adaptation(logdensity, num_chains, mass_matrix_estimation="diagonal")
     (states, parameters), warm = adaptation.run(key_warmup, positions, 0.1, optax.adam(0.025, b1=0.0, b2=0.95),
                                                 warmup)
@@ -268,20 +279,8 @@ def blackjax_mams(bench, num_chains, draws, warmup, seed):
     import blackjax
     import jax
     from blackjax.mcmc.adjusted_mclmc_dynamic import make_random_trajectory_length_fn
-    from jax.flatten_util import ravel_pytree
-    from numpyro.infer.util import initialize_model
 
-    model, f_at = bench.numpyro()
-    x, y = bench.jax_data()
-    start = time.perf_counter()
-    key_init, key_warmup, key_sample = jax.random.split(jax.random.PRNGKey(seed), 3)
-    info = initialize_model(key_init, model, model_args=(x, y))
-    flat, unravel = ravel_pytree(info.param_info.z)
-
-    def logdensity(q):
-        return -info.potential_fn(unravel(q))
-
-    positions = jax.random.uniform(key_init, (num_chains, flat.size), minval=-1.0, maxval=1.0)
+    start, f_at, flat, unravel, logdensity, positions, (key_warmup, key_sample) = jax_target(bench, num_chains, seed)
     steps_fn = make_random_trajectory_length_fn(True)  # ceil(uniform * rescale(L / step_size)), at least 1
     kernel = blackjax.adjusted_mclmc_dynamic.build_kernel(integration_steps_fn=steps_fn)
     num_steps = (10 * warmup + 5) // 3  # int(0.1 * num_steps) = warmup // 3 steps in each of the 3 passes

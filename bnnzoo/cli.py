@@ -135,13 +135,7 @@ def _read_plan(path: str | Path, doc: dict, tables: tuple[str, ...], device: str
     from .inference.engines.run import resolve_dtype
     from .models.spec import BNNSpec
 
-    unknown = sorted(set(doc) - set(tables))
-    if unknown:
-        described = " (and a top-level description)" if "description" in tables else ""
-        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected "
-                         f"{', '.join(t for t in tables if t != 'description')}{described}")
-    if "model" not in doc:
-        raise ValueError(f"{path}: missing the [model] table")
+    _check_tables(path, doc, tables)
     settings = doc.get("run", {})
     keys = list(COUNTS) + ["dtype", "device"]
     if not isinstance(settings, dict):
@@ -174,6 +168,17 @@ RUN_TABLES = ("model", "data", "engines", "run", "description")
 SWEEP_TABLES = ("model", "data", "run", "sweep")
 
 
+def _check_tables(path: str | Path, doc: dict, tables: tuple[str, ...]) -> None:
+    """The file's tables are among ``tables`` and ``[model]`` is one of them."""
+    unknown = sorted(set(doc) - set(tables))
+    if unknown:
+        described = " (and a top-level description)" if "description" in tables else ""
+        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected "
+                         f"{', '.join(t for t in tables if t != 'description')}{described}")
+    if "model" not in doc:
+        raise ValueError(f"{path}: missing the [model] table")
+
+
 def precheck_file(path: str | Path, what: str, tables: tuple[str, ...]) -> dict:
     """The checks of a run or sweep file that need neither torch nor Pyro, made before they are
     imported (which takes seconds, and tens of seconds on a loaded machine): the file exists, is
@@ -186,13 +191,7 @@ def precheck_file(path: str | Path, what: str, tables: tuple[str, ...]) -> dict:
         doc = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: not valid TOML: {err}") from None
-    unknown = sorted(set(doc) - set(tables))
-    if unknown:
-        described = " (and a top-level description)" if "description" in tables else ""
-        raise ValueError(f"{path}: unknown table(s) {', '.join(unknown)}; expected "
-                         f"{', '.join(t for t in tables if t != 'description')}{described}")
-    if "model" not in doc:
-        raise ValueError(f"{path}: missing the [model] table")
+    _check_tables(path, doc, tables)
     if "data" not in doc:
         raise ValueError("[data]: missing; give name = '<dataset>' or path = 'train.csv' with target = '<column>'")
     if not isinstance(doc.get("run", {}), dict):
