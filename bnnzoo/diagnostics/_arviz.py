@@ -93,6 +93,15 @@ def add_group(idata, name: str, dataset: xr.Dataset):
     return idata
 
 
+def replace_group(idata, name: str, dataset: xr.Dataset):
+    """Put ``dataset`` in place of group ``name`` (in place, its attributes kept) and return ``idata``."""
+    if ARVIZ_1:
+        idata[name] = xr.DataTree(dataset)
+    else:
+        setattr(idata, name, dataset)
+    return idata
+
+
 # ------------------------------------------------------------------ read
 def is_inference_data(obj) -> bool:
     """An ArviZ object with groups: InferenceData (0.2x) or DataTree (1.x)."""

@@ -29,10 +29,10 @@ import warnings
 from contextlib import contextmanager
 from typing import Any
 
-import arviz as az
 import numpy as np
 import xarray as xr
 
+from . import _arviz
 from .nested_rhat import nested_rhat
 from .predictive import function_draws
 
@@ -60,9 +60,9 @@ def _quiet():
 
 def _ess_rhat(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """ArviZ bulk ESS and rank-normalised split R-hat of ``[chain, draw, ...]``, elementwise."""
-    ds = az.from_dict(posterior={"v": np.asarray(draws, dtype=np.float64)}).posterior
+    ds = _arviz.group(_arviz.from_dict({"posterior": {"v": np.asarray(draws, dtype=np.float64)}}), "posterior")
     with _quiet():
-        return az.ess(ds, method="bulk")["v"].values, az.rhat(ds)["v"].values
+        return np.asarray(_arviz.ess(ds, method="bulk")["v"].values), np.asarray(_arviz.rhat(ds)["v"].values)
 
 
 def _max(a) -> float:
@@ -173,8 +173,8 @@ def idata_member_mixing(idata) -> dict[str, Any] | None:
     """:func:`member_mixing` from an InferenceData with a ``member`` coordinate and a ``predictions``
     group (``f_mean`` at the test inputs, as :func:`~bnnzoo.diagnostics.to_inference_data` writes);
     None without them."""
-    posterior = getattr(idata, "posterior", None)
-    predictions = getattr(idata, "predictions", None)
+    posterior = _arviz.group(idata, "posterior")
+    predictions = _arviz.group(idata, "predictions")
     if posterior is None or "member" not in posterior.coords or predictions is None or "f_mean" not in predictions:
         return None
     member = np.asarray(posterior.coords["member"].values)
@@ -183,7 +183,7 @@ def idata_member_mixing(idata) -> dict[str, Any] | None:
     if f.ndim == 4:  # class probabilities: the class of the pooled mean, per input
         cls = f.mean((0, 1)).argmax(-1)
         f = np.take_along_axis(f, cls[None, None, :, None], -1)[..., 0]
-    stats = getattr(idata, "sample_stats", None)
+    stats = _arviz.group(idata, "sample_stats")
     lp = None if stats is None or "lp" not in stats else np.asarray(stats["lp"].values)
     return _judge(f, lp, per)
 
@@ -192,11 +192,11 @@ def add_member_coordinate(idata, chains_per_member: int) -> None:
     """Give the ``posterior``, ``sample_stats`` (and ``predictions``) groups of ``idata`` a ``member``
     coordinate along ``chain`` (``chain // chains_per_member``), in place."""
     for name in ("posterior", "sample_stats", "predictions", "log_likelihood", "posterior_predictive"):
-        group = getattr(idata, name, None)
+        group = _arviz.group(idata, name)
         if group is None or "chain" not in group.dims:
             continue
         member = member_index(group.sizes["chain"], chains_per_member)
-        setattr(idata, name, group.assign_coords(member=("chain", member)))
+        _arviz.replace_group(idata, name, group.assign_coords(member=("chain", member)))
 
 
 def add_members(run, idata) -> None:
@@ -208,7 +208,7 @@ def add_members(run, idata) -> None:
         return
     add_member_coordinate(idata, per)
     if getattr(run, "members", None):
-        idata.add_groups({"member_fits": member_fits_group(run.members)})
+        _arviz.add_group(idata, "member_fits", member_fits_group(run.members))
 
 
 def member_fits_group(members) -> xr.Dataset:

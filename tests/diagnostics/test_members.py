@@ -1,10 +1,10 @@
 """Members as superchains (diagnostics/members.py): within-member R-hat on a two-mode toy, modes visited,
 the verdict from an InferenceData, the ensemble alone as a run."""
 
-import arviz as az
 import numpy as np
 import pytest
 
+from bnnzoo.diagnostics import _arviz
 from bnnzoo.diagnostics.members import (count_modes, ensemble_run, idata_member_mixing, member_index,
                                         within_member)
 from bnnzoo.diagnostics.scorecard import scorecard
@@ -22,7 +22,7 @@ def test_within_member_rhat_is_near_one_where_the_modes_differ():
     f = _two_modes()
     rhat, ess = within_member(f, chains_per_member=2)
     assert rhat.shape == (2, 5) and np.all(rhat < 1.02) and np.all(ess > 300)
-    across = az.rhat(az.from_dict(posterior={"f": f}).posterior)["f"].values
+    across = _arviz.rhat(_arviz.group(_arviz.from_dict({"posterior": {"f": f}}), "posterior"))["f"].values
     assert np.all(across > 1.5)
     assert count_modes(f, 2)[0] == 2 and count_modes(f, 2)[1].tolist() == [0, 1]
     same = np.random.default_rng(1).standard_normal((4, 400, 5))
@@ -35,15 +35,18 @@ def test_within_member_rhat_is_near_one_where_the_modes_differ():
 def test_the_verdict_from_an_inference_data_with_members():
     f = _two_modes()
     lp = np.random.default_rng(2).standard_normal((4, 400)) + np.array([0.0, 0.0, 5.0, 5.0])[:, None]
-    idata = az.from_dict(posterior={"w": f[..., 0]}, sample_stats={"lp": lp}, predictions={"f_mean": f})
-    idata.posterior = idata.posterior.assign_coords(member=("chain", np.array([0, 0, 1, 1])))
+    idata = _arviz.from_dict({"posterior": {"w": f[..., 0]}, "sample_stats": {"lp": lp}, "predictions": {"f_mean": f}})
+    posterior = _arviz.group(idata, "posterior")
+    _arviz.replace_group(idata, "posterior", posterior.assign_coords(member=("chain", np.array([0, 0, 1, 1]))))
     judged = idata_member_mixing(idata)
     assert judged["converged_within_modes"] and judged["modes"] == 2 and judged["num_members"] == 2
     assert judged["verdict"].startswith("converged within modes (2 modes visited by 2 members")
     assert judged["rhat_lp_across"] > 1.5 and judged["nrhat_f_members_max"] > 1.1
     stuck = f.copy()
     stuck[1] += 2.0  # the second chain of member 0 elsewhere: member 0 did not mix
-    idata.predictions["f_mean"].values[:] = stuck
+    predictions = _arviz.group(idata, "predictions")
+    predictions["f_mean"].values[:] = stuck
+    _arviz.replace_group(idata, "predictions", predictions)
     assert idata_member_mixing(idata)["verdict"].startswith("not converged within modes")
 
 
