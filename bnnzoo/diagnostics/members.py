@@ -23,16 +23,14 @@ judged the same way with each chain its own member.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
-import warnings
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from . import _arviz
+from ._mixing import ess_rhat, nanmax, nanmin
 from .nested_rhat import nested_rhat
 from .predictive import function_draws
 
@@ -43,38 +41,6 @@ __all__ = ["MODE_DISTANCE", "RHAT_WITHIN", "add_member_coordinate", "add_members
 RHAT_WITHIN = 1.05
 #: members whose mean functions are closer than this (in within-member sds) share a mode
 MODE_DISTANCE = 2.0
-
-
-@contextmanager
-def _quiet():
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        logger = logging.getLogger("arviz")
-        level = logger.level
-        logger.setLevel(logging.ERROR)
-        try:
-            yield
-        finally:
-            logger.setLevel(level)
-
-
-def _ess_rhat(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ArviZ bulk ESS and rank-normalised split R-hat of ``[chain, draw, ...]``, elementwise."""
-    ds = _arviz.group(_arviz.from_dict({"posterior": {"v": np.asarray(draws, dtype=np.float64)}}), "posterior")
-    with _quiet():
-        return np.asarray(_arviz.ess(ds, method="bulk")["v"].values), np.asarray(_arviz.rhat(ds)["v"].values)
-
-
-def _max(a) -> float:
-    a = np.asarray(a, dtype=float).ravel()
-    a = a[~np.isnan(a)]
-    return float(a.max()) if a.size else math.nan
-
-
-def _min(a) -> float:
-    a = np.asarray(a, dtype=float).ravel()
-    a = a[~np.isnan(a)]
-    return float(a.min()) if a.size else math.nan
 
 
 def member_index(num_chains: int, chains_per_member: int) -> np.ndarray:
@@ -89,7 +55,7 @@ def within_member(draws, chains_per_member: int) -> tuple[np.ndarray, np.ndarray
     ``(rhat [K, ...], ess [K, ...])``."""
     draws = np.asarray(draws, dtype=np.float64)
     member = member_index(draws.shape[0], chains_per_member)
-    pairs = [_ess_rhat(draws[member == k]) for k in range(member.max() + 1)]
+    pairs = [ess_rhat(draws[member == k]) for k in range(member.max() + 1)]
     return np.stack([r for _, r in pairs]), np.stack([e for e, _ in pairs])
 
 
@@ -134,23 +100,23 @@ def _judge(f: np.ndarray, lp: np.ndarray | None, chains_per_member: int) -> dict
     """The member diagnostics of function draws ``f [C, N, ...]`` and ``lp [C, N]``."""
     out: dict[str, Any] = {"num_members": int(f.shape[0] // chains_per_member), "chains_per_member": chains_per_member}
     rhat_f, ess_f = within_member(f, chains_per_member)
-    out["rhat_f_within_max"], out["ess_f_within_min"] = _max(rhat_f), _min(ess_f)
-    ess_all, rhat_all = _ess_rhat(f)
-    out["rhat_f_across_max"], out["ess_f_min"] = _max(rhat_all), _min(ess_all)
+    out["rhat_f_within_max"], out["ess_f_within_min"] = nanmax(rhat_f), nanmin(ess_f)
+    ess_all, rhat_all = ess_rhat(f)
+    out["rhat_f_across_max"], out["ess_f_min"] = nanmax(rhat_all), nanmin(ess_all)
     superchains = out["num_members"]
     nested = chains_per_member >= 2 and superchains >= 2
-    out["nrhat_f_members_max"] = _max(nested_rhat(f, superchains)) if nested else math.nan
+    out["nrhat_f_members_max"] = nanmax(nested_rhat(f, superchains)) if nested else math.nan
     if lp is None:
         out.update(rhat_lp_within_max=math.nan, ess_lp_within_min=math.nan, rhat_lp_across=math.nan,
                    nrhat_lp_members=math.nan)
     else:
         rhat_lp, ess_lp = within_member(lp, chains_per_member)
-        out["rhat_lp_within_max"], out["ess_lp_within_min"] = _max(rhat_lp), _min(ess_lp)
-        out["rhat_lp_across"] = float(_ess_rhat(lp)[1])
+        out["rhat_lp_within_max"], out["ess_lp_within_min"] = nanmax(rhat_lp), nanmin(ess_lp)
+        out["rhat_lp_across"] = float(ess_rhat(lp)[1])
         out["nrhat_lp_members"] = float(nested_rhat(lp, superchains)) if nested else math.nan
     out["modes"], labels = count_modes(f, chains_per_member)
     out["mode_of_member"] = labels.tolist()
-    worst = _max([out["rhat_f_within_max"], out["rhat_lp_within_max"]])
+    worst = nanmax([out["rhat_f_within_max"], out["rhat_lp_within_max"]])
     out["converged_within_modes"] = bool(math.isfinite(worst) and worst <= RHAT_WITHIN)
     out["verdict"] = members_verdict(worst, out["modes"], out["num_members"])
     return out

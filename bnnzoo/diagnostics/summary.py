@@ -20,16 +20,14 @@ inputs) as the headline, next to the ESS/R-hat of ``lp`` and the weight-space nu
 from __future__ import annotations
 
 import json
-import logging
 import math
 import re
-import warnings
-from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
 
 from . import _arviz
+from ._mixing import ess_rhat, nanmax as _nanmax, nanmin as _nanmin, quiet as _quiet  # noqa: F401 (ess_rhat: public)
 from .arviz import posterior_dataset, to_inference_data
 from .members import idata_member_mixing
 from .predictive import function_draws, function_scalars
@@ -37,24 +35,6 @@ from .nested_rhat import nested_rhat
 
 SPARSITY_THRESHOLD = 1e-2
 _WEIGHT = re.compile(r"^layers\.\d+\.weight$")
-
-
-@contextmanager
-def _quiet():
-    """ArviZ warns (and numpy divides by zero) for 1-chain runs and constant draws; the
-    results are NaN/inf, which the callers handle."""
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        loggers = [logging.getLogger(name) for name in ("arviz", "arviz_base", "arviz_stats")]
-        levels = [logger.level for logger in loggers]
-        for logger in loggers:
-            logger.setLevel(logging.ERROR)
-        try:
-            yield
-        finally:
-            for logger, level in zip(loggers, levels):
-                logger.setLevel(level)
 
 
 def _idata(idata_or_run):
@@ -421,30 +401,6 @@ def run_diagnostics(idata_or_run, x=None, chunk_size: int = 256) -> dict:
 
 
 # ------------------------------------------------------------------ mixing
-def _nanmin(a) -> float:
-    a = np.asarray(a, dtype=float).ravel()
-    a = a[~np.isnan(a)]
-    return float(a.min()) if a.size else math.nan
-
-
-def _nanmax(a) -> float:
-    a = np.asarray(a, dtype=float).ravel()
-    a = a[~np.isnan(a)]
-    return float(a.max()) if a.size else math.nan
-
-
-def ess_rhat(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ArviZ bulk ESS and rank-normalised R-hat of ``draws [chain, draw, ...]``, elementwise."""
-    draws = np.asarray(draws, dtype=np.float64)
-    if draws.ndim < 2:
-        raise ValueError(f"ess_rhat: draws must be [chain, draw, ...], got shape {draws.shape}")
-    ds = posterior_dataset({"v": draws})
-    with _quiet():
-        ess = _arviz.ess(ds, method="bulk")["v"].values
-        rhat = _arviz.rhat(ds)["v"].values
-    return ess, rhat
-
-
 def _dataset_extremes(ds) -> tuple[float, float]:
     with _quiet():
         ess, rhat = _arviz.ess(ds, method="bulk"), _arviz.rhat(ds)
