@@ -115,8 +115,6 @@ MAX_RHAT, MIN_ESS = 1.1, 100.0
 
 
 #: the bnnzoo ChEES rows of ``--modes``: each one option away from the defaults
-#: engines whose ``n_steps`` counts isokinetic integrator steps (GRADIENTS_PER_STEP gradients each)
-MICROCANONICAL = ("mclmc", "mams")
 MODES = {"default": {}, "eager": {"compile": False}, "compiled": {"compile": True}, "late": {"mass_schedule": "late"}}
 
 
@@ -151,8 +149,7 @@ def bnnzoo_engine(label, bench, engine, num_chains, draws, warmup, seed, device=
     wall = time.perf_counter() - start
     f = function_draws(r, bench.x_star, bench.y_star)
     stats = r.sample_stats
-    # integrator steps -> gradients: the microcanonical integrators take GRADIENTS_PER_STEP each
-    per_step = GRADIENTS_PER_STEP[options.get("integrator", "mclachlan")] if engine in MICROCANONICAL else 1
+    per_step = r.notes.get("gradients_per_step", 1)  # an integration step's gradients (the kernel's note)
     extra = {"mean_accept": float(np.mean(stats["acceptance_rate"])) if "acceptance_rate" in stats else None,
              "grads_per_draw": per_step * float(np.mean(stats["n_steps"])) if "n_steps" in stats else None,
              "compile_s": r.compile_seconds}
@@ -228,6 +225,23 @@ def jax_target(bench, num_chains, seed):
     return start, f_at, flat, unravel, logdensity, positions, (key_warmup, key_sample)
 
 
+def jax_sample(label, one_draw, states, key_sample, per_chain, start, f_at, unravel, size, warm_steps, per_step):
+    """The BlackJAX rows' sampling and score: ``per_chain`` draws of ``one_draw`` (vmapped chains:
+    position, log density, acceptance, integration steps) scanned from ``states``, the wall time since
+    ``start``, the function draws, and ``per_step`` gradients per integration step, warm-up's
+    ``warm_steps`` included."""
+    import jax
+
+    _, (theta, lp, accept, steps) = jax.lax.scan(one_draw, states, jax.random.split(key_sample, per_chain))
+    jax.block_until_ready(theta)
+    wall = time.perf_counter() - start
+    theta, lp = np.asarray(theta).transpose(1, 0, 2), np.asarray(lp).T  # [chain, draw, ...]
+    f = np.stack([f_at(unravel(q)) for q in theta.reshape(-1, size)])
+    grads = per_step * float(warm_steps + np.sum(steps))
+    return score(label, wall, lp, f.reshape(lp.shape + (-1,)),
+                 {"mean_accept": float(np.mean(accept)), "grads_per_draw": per_step * float(np.mean(steps))}, grads)
+
+
 def blackjax_chees(bench, num_chains, draws, warmup, seed):
     """BlackJAX's ChEES-HMC (the same algorithm in JAX): its ChEES warm-up with a diagonal mass
     matrix, Adam(0.025, b1=0, b2=0.95) on log T as bnnzoo's, then its jittered dynamic HMC for
@@ -247,15 +261,9 @@ def blackjax_chees(bench, num_chains, draws, warmup, seed):
         states, stats = jax.vmap(step)(jax.random.split(key, num_chains), states)
         return states, (states.position, states.logdensity, stats.acceptance_rate, stats.num_integration_steps)
 
-    _, (theta, lp, accept, steps) = jax.lax.scan(one_draw, states,
-                                                jax.random.split(key_sample, draws // num_chains))
-    jax.block_until_ready(theta)
-    wall = time.perf_counter() - start
-    theta, lp = np.asarray(theta).transpose(1, 0, 2), np.asarray(lp).T  # [chain, draw, ...]
-    f = np.stack([f_at(unravel(q)) for q in theta.reshape(-1, flat.size)])
-    grads = float(np.sum(warm.info.num_integration_steps) + np.sum(steps))  # [steps, chains] each
-    return score(f"blackjax chees, {num_chains} chains", wall, lp, f.reshape(lp.shape + (-1,)),
-                 {"mean_accept": float(np.mean(accept)), "grads_per_draw": float(np.mean(steps))}, grads)
+    # [steps, chains]: one gradient a leapfrog step
+    return jax_sample(f"blackjax chees, {num_chains} chains", one_draw, states, key_sample, draws // num_chains, start,
+                      f_at, unravel, flat.size, np.sum(warm.info.num_integration_steps), 1)
 
 
 def blackjax_mams(bench, num_chains, draws, warmup, seed):
@@ -305,17 +313,9 @@ def blackjax_mams(bench, num_chains, draws, warmup, seed):
                                        params.inverse_mass_matrix)
         return states, (states.position, states.logdensity, stats.acceptance_rate, stats.num_integration_steps)
 
-    _, (theta, lp, accept, steps) = jax.lax.scan(one_draw, states,
-                                                jax.random.split(key_sample, draws // num_chains))
-    jax.block_until_ready(theta)
-    wall = time.perf_counter() - start
-    theta, lp = np.asarray(theta).transpose(1, 0, 2), np.asarray(lp).T  # [chain, draw, ...]
-    f = np.stack([f_at(unravel(q)) for q in theta.reshape(-1, flat.size)])
-    per_step = GRADIENTS_PER_STEP["mclachlan"]  # BlackJAX's isokinetic McLachlan: 2 gradients a step too
-    grads = per_step * float(np.sum(warm_steps) + np.sum(steps))  # [chains] and [draws, chains]
-    return score(f"blackjax mams, {num_chains} chains", wall, lp, f.reshape(lp.shape + (-1,)),
-                 {"mean_accept": float(np.mean(accept)), "grads_per_draw": per_step * float(np.mean(steps))},
-                 grads)
+    # BlackJAX's isokinetic McLachlan: 2 gradients a step, as bnnzoo's
+    return jax_sample(f"blackjax mams, {num_chains} chains", one_draw, states, key_sample, draws // num_chains, start,
+                      f_at, unravel, flat.size, np.sum(warm_steps), GRADIENTS_PER_STEP["mclachlan"])
 
 
 def main(argv=None):

@@ -7,7 +7,7 @@ an SG-MCMC iteration one). The stages:
 * ``members``: the ensemble warm start's fits, epochs x batches per member, summed;
 * ``warmup`` and ``sampling``: per chain and transition the ``n_steps`` statistic (leapfrog
   steps: one gradient each; Pyro's NUTS and HMC, bnnzoo's HMC family and batched NUTS record
-  it; Pyro's kernels count their warm-up steps into ``notes["warmup_grad_evals"]``), summed over
+  it; the microcanonical samplers' integration steps cost ``notes["gradients_per_step"]`` each; Pyro's kernels count their warm-up steps into ``notes["warmup_grad_evals"]``), summed over
   chains and transitions; an SG-MCMC kernel (no ``n_steps``) one per iteration
   (``thin`` per kept draw; one per draw, a lower bound, where the kernel states no number of
   iterations per draw, as the cyclical group-sparse kernel); a kernel without gradients (random-walk Metropolis) none. The
@@ -76,8 +76,8 @@ def _per_transition(stats: dict[str, np.ndarray], notes: dict, warmup: bool, kin
     if not stats:
         return None
     shape = np.asarray(next(iter(stats.values()))).shape[:2]
-    if "n_steps" in stats:
-        return np.asarray(stats["n_steps"], dtype=np.float64).reshape(shape)
+    if "n_steps" in stats:  # integration steps, each gradients_per_step gradients (2 for the minimal-norm scheme)
+        return np.asarray(stats["n_steps"], dtype=np.float64).reshape(shape) * notes.get("gradients_per_step", 1)
     if kind == "sgmcmc":
         per = notes.get("iterations_per_draw", 1)
         per = 1.0 if warmup or not isinstance(per, (int, float)) else float(per)

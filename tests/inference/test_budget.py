@@ -49,3 +49,10 @@ def test_budget_plans_refuse_by_name():
         plan_samples(200, 100, 10, 2, 500, (5.0, 5.0))
     with pytest.raises(ValueError, match=r"^budget: engine 'rwmh' takes no gradients"):
         run("cosine_mlp", "cosine", engine="rwmh", budget=100)
+
+
+def test_an_integration_step_of_the_microcanonical_samplers_costs_its_gradients():
+    r = run("cosine_mlp", "cosine", engine="mams", num_samples=4, warmup_steps=8, num_chains=2, seed=0, progress=False)
+    assert r.notes["gradients_per_step"] == 2  # the minimal-norm integrator
+    steps = r.sample_stats["n_steps"].sum()
+    assert r.grad_evals["sampling"] == 2 * steps

@@ -215,6 +215,10 @@ class Microcanonical(TransitionKernel):
     def extra_stats(self) -> dict:
         return {"L": float(self.params.L)}
 
+    def notes(self) -> dict:
+        """``gradients_per_step``: what an integrator step (an ``n_steps`` unit) costs in gradients."""
+        return {**super().notes(), "gradients_per_step": GRADIENTS_PER_STEP[self.options.integrator]}
+
     def tuned(self) -> dict:
         """Step size, L and ``inverse_mass_matrix``: the preconditioner's variances ``scale**2``."""
         return {"step_size": self.params.step_size, "L": self.params.L,
@@ -245,10 +249,6 @@ class MCLMC(Microcanonical):
 
     Options = MCLMCOptions
     stat_names = ("diverging", "energy_error", "step_size", "n_steps", "L", "lp")
-
-    def gradients_per_step(self) -> int:
-        """Gradient evaluations per integrator step."""
-        return GRADIENTS_PER_STEP[self.options.integrator]
 
     def build(self, theta: Tensor):
         dim = self.potential.dim
