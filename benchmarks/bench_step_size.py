@@ -2,7 +2,7 @@
 
 For ChEES-HMC and proximal HMC on small networks, 8 vectorized chains, several seeds: the
 target acceptance, the statistic the step size is steered by, after warm-up (the kernel's
-``warmup_acceptance`` of each draw's acceptance probabilities, averaged over draws:
+warm-up statistic (``warmup_parts().statistic``) of each draw's acceptance probabilities, averaged over draws:
 ``achieved``; the acceptance statistic of ``bnnzoo.inference.adaptation``: the fraction of
 chains kept times their harmonic-mean acceptance), the plain mean
 acceptance probability (over chains and draws: ``mean``) and its Monte Carlo standard error
@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.inference import ChEESHMC, ProximalHMC  # noqa: E402
+from bnnzoo.inference.adaptation import WarmupStep  # noqa: E402
 from bnnzoo.models import BNN, Laplace, zoo  # noqa: E402
 from common import add_device_argument, machine, markdown_table, write_results  # noqa: E402
 
@@ -73,7 +74,9 @@ def run_one(spec, data: str, kernel: str, seed: int, warmup: int, samples: int, 
     diverging = np.asarray(stats["diverging"], dtype=bool)
     per_draw = accept.mean(1)
     finite = np.isfinite(np.asarray(stats["energy_error"], dtype=float))
-    harmonic = float(np.mean([k.warmup_acceptance(torch.as_tensor(a), torch.as_tensor(d), torch.as_tensor(f))
+    statistic = k.warmup_parts().statistic
+    harmonic = float(np.mean([statistic(WarmupStep(None, None, torch.as_tensor(a), torch.as_tensor(d),
+                                                   torch.as_tensor(f)))[0]
                               for a, d, f in zip(accept, diverging, finite)]))
     return {"target": float(k.target_accept), "gamma": k.options.dual_averaging_gamma, "achieved": harmonic,
             "mean": float(accept.mean()),

@@ -9,7 +9,11 @@ r"""Warm-up adaptation as small components, shared by the HMC-family kernels.
 * :func:`find_step_size`: the doubling/halving search for a first step size;
 * :func:`harmonic_mean_acceptance`, :func:`acceptance_statistic` (what dual averaging
   steers), :func:`halton`;
-* :class:`ScalarAdam` and :func:`chees_gradient`: the ChEES trajectory-length update.
+* :class:`ScalarAdam` and :func:`chees_gradient`: the ChEES trajectory-length update;
+* :class:`WindowAdaptation`: the one warm-up loop of the HMC family and batched NUTS (dual
+  averaging and the mass windows, pooled over chains or per chain), with the kernels' own
+  parts (ChEES's trajectory length, proximal HMC's lambda) composed beside it as
+  :class:`WarmupComponent` objects.
 
 The full rules are in ``docs/algorithms.md`` ("Adaptation components").
 """
@@ -17,13 +21,13 @@ The full rules are in ``docs/algorithms.md`` ("Adaptation components").
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, NamedTuple, Protocol, Sequence
 
 import torch
 
 from .integrators import velocity
 
-__all__ = ["ChainVariance", "DualAveraging", "EnergyVarianceStepSize", "PooledVariance", "ScalarAdam", "acceptance_statistic",
+__all__ = ["ChainVariance", "DualAveraging", "WarmupComponent", "WarmupStep", "WindowAdaptation", "EnergyVarianceStepSize", "PooledVariance", "ScalarAdam", "acceptance_statistic",
            "chees_gradient", "decoherence_length", "effective_sample_size",
            "find_step_size", "halton", "harmonic_mean_acceptance", "late_mass_windows", "mass_windows",
            "within_chain_variance"]
@@ -366,3 +370,153 @@ def decoherence_length(draws: Tensor, distance_per_draw: float, factor: float = 
     posterior would otherwise read as chains that never decorrelate."""
     ess = effective_sample_size(draws, between_chains=False)
     return float(factor * distance_per_draw * (draws.shape[0] * draws.shape[1] / ess).mean())
+
+
+# ------------------------------------------------------------ the window adaptation
+class WarmupStep(NamedTuple):
+    """What one warm-up transition tells :class:`WindowAdaptation` and its components: the chains'
+    points before (``theta``) and after (``theta_out``) it, the acceptance ``prob``, ``diverging``
+    and ``finite`` per chain, and, for an HMC trajectory, its end (``proposal``, ``momentum``) and
+    its integration time."""
+
+    theta: Tensor
+    theta_out: Tensor
+    prob: Tensor
+    diverging: Tensor
+    finite: Tensor | None = None
+    proposal: Tensor | None = None
+    momentum: Tensor | None = None
+    time: float | None = None
+
+
+class Tunable(Protocol):
+    """What :class:`WindowAdaptation` tunes: a kernel's inverse mass (``[D]``, or ``[C, D]`` one per
+    chain) and its step sizes (one, or one per chain)."""
+
+    inv_mass: Tensor
+
+    def set_step_sizes(self, step_sizes: Sequence[float]) -> None: ...
+
+
+class WarmupComponent:
+    """A part of a kernel's warm-up beside :class:`WindowAdaptation` (ChEES's trajectory length,
+    proximal HMC's lambda). Each method is called at one point of every warm-up transition, in
+    this order: :meth:`after_step` (the step size has its new value), :meth:`before_mass_change` /
+    :meth:`after_mass_change` (around a new inverse mass), :meth:`end` (last warm-up step, the step
+    size frozen), :meth:`after_update` (every step, last). The defaults do nothing. A component's
+    state is plain attributes (a checkpoint stores it); the kernel comes with every call."""
+
+    def after_step(self, kernel, adaptation: "WindowAdaptation", step: WarmupStep) -> None:
+        pass
+
+    def before_mass_change(self, kernel, adaptation: "WindowAdaptation", inv_mass: Tensor) -> None:
+        pass
+
+    def after_mass_change(self, kernel, adaptation: "WindowAdaptation", theta: Tensor,
+                          settled: list[float]) -> None:
+        pass
+
+    def end(self, kernel, adaptation: "WindowAdaptation") -> None:
+        pass
+
+    def after_update(self, kernel, adaptation: "WindowAdaptation") -> None:
+        pass
+
+
+#: what dual averaging steers, from one warm-up transition: one number per adapter
+Statistic = Callable[[WarmupStep], list]
+
+
+def harmonic_statistic(step: WarmupStep) -> list[float]:
+    """:func:`acceptance_statistic` over the non-divergent chains (ChEES, HMC)."""
+    return [acceptance_statistic(step.prob, ~step.diverging)]
+
+
+def finite_statistic(step: WarmupStep) -> list[float]:
+    """:func:`acceptance_statistic` over the chains with a finite proposal (proximal HMC)."""
+    return [acceptance_statistic(step.prob, step.finite)]
+
+
+def mean_statistic(step: WarmupStep) -> list[float]:
+    """The chains' mean acceptance (batched NUTS, pooled)."""
+    return [float(step.prob.double().mean())]
+
+
+def chain_statistic(step: WarmupStep) -> list[float]:
+    """Each chain's acceptance (batched NUTS, per chain)."""
+    return step.prob.tolist()
+
+
+class WindowAdaptation:
+    r"""The one warm-up of the HMC family and batched NUTS: dual averaging of the step size
+    toward ``target`` of ``statistic`` and a diagonal inverse mass from the chains' variance
+    over ``windows``; pooled over the chains (one step size, the pooled variance) or per chain
+    (one :class:`DualAveraging` and one variance each). Components (:class:`WarmupComponent`)
+    add the kernels' own parts around it.
+
+    Every warm-up transition: the step size(s) from the statistic; the components'
+    ``after_step``; in the second half of each window the variance takes the chains' new points,
+    and at a window's end the new inverse mass replaces the kernel's (a chain whose estimate is
+    not finite and positive keeps its own; where none is, nothing changes), dual averaging goes
+    on and only its average restarts (restarting the whole scheme at a new search swung the
+    step size tenfold at every window), with ``before_mass_change`` / ``after_mass_change`` around
+    it; at the last warm-up step the step sizes freeze at dual averaging's averaged iterates and
+    the components' ``end`` runs. ``docs/algorithms.md``, "Adaptation components"."""
+
+    def __init__(self, step_sizes: Sequence[float], target: float, gamma: float, windows: list[tuple[int, int]],
+                 statistic: Statistic, *, adapt_step_size: bool = True, pooled: bool = True,
+                 components: Sequence[WarmupComponent] = ()):
+        self.adapters = [DualAveraging(float(s), target, gamma=gamma) for s in step_sizes]
+        self.windows = list(windows)
+        self.statistic = statistic
+        self.adapt_step_size = adapt_step_size
+        self.pooled = pooled
+        self.components = list(components)
+        self.variance = self._new_variance()
+        self.num_steps = 0
+
+    def _new_variance(self):
+        return PooledVariance() if self.pooled else ChainVariance()
+
+    @property
+    def averaged_step_size(self) -> float | None:
+        """Dual averaging's averaged step size (the first adapter's) once it has been updated, else None."""
+        adapter = self.adapters[0]
+        return adapter.final_step_size if self.adapt_step_size and adapter.t else None
+
+    def update(self, kernel: Tunable, t: int, step: WarmupStep) -> None:
+        """After warm-up transition ``t`` (from 0) of ``self.num_steps``."""
+        if self.adapt_step_size:
+            kernel.set_step_sizes([a.update(q) for a, q in zip(self.adapters, self.statistic(step))])
+        for component in self.components:
+            component.after_step(kernel, self, step)
+        for start, end in self.windows:
+            if start + (end - start) // 2 <= t < end:
+                self.variance.update(step.theta_out)
+            if t == end - 1:
+                self._update_mass(kernel, step.theta_out)
+        if t == self.num_steps - 1:
+            if self.adapt_step_size:
+                kernel.set_step_sizes([a.final_step_size for a in self.adapters])
+            for component in self.components:
+                component.end(kernel, self)
+        for component in self.components:
+            component.after_update(kernel, self)
+
+    def _update_mass(self, kernel: Tunable, theta: Tensor) -> None:
+        old = kernel.inv_mass
+        new = self.variance.variance().to(old.dtype)
+        self.variance = self._new_variance()
+        new = new.expand_as(old)
+        ok = (torch.isfinite(new) & (new > 0)).all(-1, keepdim=True)
+        if not bool(ok.any()):
+            return
+        new = torch.where(ok, new, old)
+        for component in self.components:
+            component.before_mass_change(kernel, self, new)
+        kernel.inv_mass = new
+        settled = [a.final_step_size if a.t else a.step_size for a in self.adapters]
+        for adapter in self.adapters:
+            adapter.restart_average()
+        for component in self.components:
+            component.after_mass_change(kernel, self, theta, settled)

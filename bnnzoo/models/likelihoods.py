@@ -7,14 +7,54 @@ distribution of ``y`` given ``f``, batched over leading (chain) dimensions.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar, NamedTuple
 
 import torch
 from pyro import distributions as dist
 
 from .errors import SpecError, check_positive, from_table
 from .priors import Site, Values
+
+
+Tensor = torch.Tensor
+
+
+class AnalyticLoss(NamedTuple):
+    """A likelihood's negative log density as the analytic gradient path of
+    :class:`~bnnzoo.inference.potential.BNNPotential` evaluates it, beside its density.
+
+    ``target(y, units, dtype)``: the labels in the layout of the outputs ``f [*batch, N, k]``;
+    ``loss(f, target, scale)``: ``(U [*batch], dU/df)`` of the data, times ``scale``, without
+    ``constant`` (added once with the priors'; it may overwrite the fresh tensors it makes);
+    ``graph_loss``: the same with its constant, written as a ``torch.compile`` graph fuses it
+    best; ``constant``: the part of ``U`` that does not depend on ``f``, for all rows."""
+
+    target: Callable[[Tensor, int, torch.dtype], Tensor]
+    loss: Callable[[Tensor, Tensor, float], tuple[Tensor, Tensor]]
+    graph_loss: Callable[[Tensor, Tensor, float], tuple[Tensor, Tensor]]
+    constant: float = 0.0
+
+
+def _column_target(y: Tensor, units: int, dtype: torch.dtype) -> Tensor:
+    return y.to(dtype).unsqueeze(-1)  # [N, 1], like f
+
+
+def _bernoulli_loss(f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+    """``-log Bernoulli(y | logits f)`` summed, and ``sigmoid(f) - y``, both times ``scale``."""
+    value = torch.nn.functional.binary_cross_entropy_with_logits(f, y.expand_as(f), reduction="none")
+    return scale * value.sum((-1, -2)), scale * (torch.sigmoid(f) - y)
+
+
+def _onehot_target(y: Tensor, units: int, dtype: torch.dtype) -> Tensor:
+    return torch.nn.functional.one_hot(y.long(), units).to(dtype)
+
+
+def _categorical_loss(f: Tensor, onehot: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+    """``-log softmax(f)[y]`` summed, and ``softmax(f) - onehot(y)``, both times ``scale``."""
+    logp = torch.log_softmax(f, -1)
+    return -scale * (logp * onehot).sum((-1, -2)), scale * (logp.exp() - onehot)
 
 
 class Likelihood:
@@ -41,6 +81,11 @@ class Likelihood:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, **asdict(self)}
+
+    def analytic(self, num_data: int) -> AnalyticLoss | None:
+        """The loss of ``num_data`` rows as the analytic gradient path computes it (None: that
+        path does not serve this likelihood; the potential uses autograd)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -90,6 +135,27 @@ class GaussianLikelihood(Likelihood):
     def mean(self, f):
         return f[..., 0]
 
+    def analytic(self, num_data):
+        """The Gaussian loss with a fixed noise (a learned one: None, autograd)."""
+        if self.learned:
+            return None
+        inv_var = 1.0 / float(self.noise) ** 2
+        # N log(noise) + N/2 log(2 pi): the same for a minibatch once scaled by N/B
+        constant = num_data * (math.log(float(self.noise)) + 0.5 * math.log(2 * math.pi))
+
+        def loss(f, y, scale):
+            """``|f - y|^2 / (2 noise^2)`` summed, times ``scale``, and its gradient."""
+            r = f - y
+            flat = r.reshape(r.shape[:-2] + (-1,))
+            value = torch.linalg.vecdot(flat, flat).mul_(0.5 * scale * inv_var)
+            return value, r.mul_(scale * inv_var)
+
+        def graph_loss(f, y, scale):
+            r = f - y
+            return (0.5 * scale * inv_var) * r.square().sum((-1, -2)) + constant, r * (scale * inv_var)
+
+        return AnalyticLoss(_column_target, loss, graph_loss, constant)
+
     def to_dict(self):
         d = {"kind": self.kind, "noise": self.noise}
         if self.learned or self.noise_prior != (1.0, 1.0):  # kept by a round trip even where unused
@@ -106,6 +172,9 @@ class Bernoulli(Likelihood):
 
     def distribution(self, f, values):
         return dist.Bernoulli(logits=f[..., 0])
+
+    def analytic(self, num_data):
+        return AnalyticLoss(_column_target, _bernoulli_loss, _bernoulli_loss)
 
     def mean(self, f):
         p1 = torch.sigmoid(f[..., 0])
@@ -124,6 +193,9 @@ class Categorical(Likelihood):
 
     def distribution(self, f, values):
         return dist.Categorical(logits=f)
+
+    def analytic(self, num_data):
+        return AnalyticLoss(_onehot_target, _categorical_loss, _categorical_loss)
 
     def mean(self, f):
         return torch.softmax(f, -1)

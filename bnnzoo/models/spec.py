@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from ..validation import boolean, integer
+from .activations import ACTIVATIONS
 from .errors import SpecError, choose
 from .likelihoods import GaussianLikelihood, Likelihood, likelihood_from_dict
 from .priors import Gaussian, Prior, prior_from_dict
 
-ACTIVATIONS = ("tanh", "sigmoid", "relu", "leaky_relu", "softplus", "gelu", "linear")
 
 
 def _check_int(name: str, value: Any, minimum: int = 1) -> None:

@@ -10,6 +10,7 @@ from bnnzoo.inference.adaptation import (DualAveraging, PooledVariance, ScalarAd
                                          find_step_size, halton, harmonic_mean_acceptance, late_mass_windows,
                                          mass_windows)
 from bnnzoo.inference.kernels.chees import ChEESHMC, ChEESOptions
+from pyro.infer import MCMC
 from bnnzoo.inference.kernels.nuts import BatchedNUTSOptions
 from bnnzoo.inference.kernels.proximal_hmc import ProximalHMC
 from tests.support.targets import gaussian_target
@@ -104,10 +105,10 @@ def test_on_a_steep_acceptance_curve_a_larger_gamma_lands_where_stans_overshoots
 
 def test_kernels_pass_their_gamma_to_dual_averaging():
     target = gaussian_target([0.0], [[1.0]])
-    for kernel, gamma in ((ChEESHMC(potential=target), 0.15), (ProximalHMC(potential=target), 0.1),
-                          (ChEESHMC(potential=target, dual_averaging_gamma=0.3), 0.3)):
-        kernel._reset()
-        assert kernel._step_adapter.gamma == gamma
+    for kernel, gamma in ((ChEESHMC(potential=target, num_chains=2), 0.15), (ProximalHMC(potential=target), 0.1),
+                          (ChEESHMC(potential=target, num_chains=2, dual_averaging_gamma=0.3), 0.3)):
+        MCMC(kernel, num_samples=1, warmup_steps=1, disable_progbar=True).run()
+        assert kernel.warmup.adapters[0].gamma == gamma
     assert BatchedNUTSOptions().dual_averaging_gamma == 0.05  # Stan's, on NUTS's mean acceptance
     with pytest.raises(ValueError, match="dual_averaging_gamma must be a positive number, got -1"):
         ChEESHMC(potential=target, dual_averaging_gamma=-1)

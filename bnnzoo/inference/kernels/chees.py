@@ -1,6 +1,6 @@
 r"""ChEES-HMC: many-chain HMC with a jittered trajectory length adapted by ChEES.
 
-:class:`~.hmc.AdaptiveHMC` (step size and mass matrix) plus one more component:
+The HMC family's window adaptation (step size and mass matrix) plus one more component:
 the trajectory length :math:`T`, adapted by Adam on the ChEES criterion
 (:func:`~bnnzoo.inference.adaptation.chees_gradient`), jittered per transition.
 The rules are in ``docs/algorithms.md`` ("ChEES-HMC").
@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..adaptation import ScalarAdam, chees_gradient, halton, late_mass_windows, mass_windows
+from ..adaptation import (ScalarAdam, WarmupComponent, chees_gradient, halton, harmonic_statistic, late_mass_windows,
+                          mass_windows)
 from ..integrators import velocity
 from ..potential.analytic import UNROLL
-from .hmc import AdaptiveHMC, WarmupOptions
+from .hmc import FixedStepHMC, WarmupOptions, WarmupParts
 from ..options import choice, flag, integer, option, optional, positive
 
-__all__ = ["ChEESHMC", "ChEESOptions", "JITTERS", "MASS_SCHEDULES"]
+__all__ = ["ChEESHMC", "ChEESOptions", "JITTERS", "MASS_SCHEDULES", "TrajectoryLengthAdaptation"]
 
 Tensor = torch.Tensor
 JITTERS = ("halton", "uniform")
@@ -47,7 +48,7 @@ class ChEESOptions(WarmupOptions):
                                 choice(*MASS_SCHEDULES))
 
 
-class ChEESHMC(AdaptiveHMC):
+class ChEESHMC(FixedStepHMC):
     r"""HMC for C chains run as one batch, with a jittered trajectory length
     adapted by ChEES (Hoffman, Radul and Sountsov 2021, Algorithm 1).
 
@@ -57,7 +58,7 @@ class ChEESHMC(AdaptiveHMC):
     (at most ``max_leapfrog_steps``), then a Metropolis test per chain.
 
     Warm-up: the step size and the diagonal mass as in
-    :class:`~bnnzoo.inference.kernels.hmc.AdaptiveHMC` (dual averaging of the
+    :class:`~bnnzoo.inference.adaptation.WindowAdaptation` (dual averaging of the
     acceptance statistic toward ``target_accept``: 0.8 for a smooth network,
     0.45 for a ReLU-family one, :func:`~bnnzoo.inference.tuning.recommend_target_accept`);
     and :math:`T` by Adam (lr 0.025, :math:`\beta_1 = 0`, :math:`\beta_2 = 0.95`) ascending
@@ -99,15 +100,12 @@ class ChEESHMC(AdaptiveHMC):
                 f"num_chains must be >= 2 for ChEES trajectory adaptation (a cross-chain estimate), got "
                 f"{options.num_chains!r}: run it as bnnzoo.inference.MCMC(kernel, num_chains=C, "
                 f"chain_method='vectorized'), or pass adapt_trajectory=False")
-    stat_names = AdaptiveHMC.stat_names + ("trajectory_length", "reached_max_steps")
+    stat_names = FixedStepHMC.stat_names + ("trajectory_length", "reached_max_steps")
 
     def _reset(self) -> None:
         super()._reset()
         self.trajectory_length = self.options.trajectory_length
-        self._adam = ScalarAdam()
-        self._log_length_avg, self._length_count = 0.0, 0
         self._jitter_index = 0
-        self._guess_trajectory_length = False
         self._length_now = None
         self._capped = False
 
@@ -115,23 +113,20 @@ class ChEESHMC(AdaptiveHMC):
         super().prepare(theta)
         if self.trajectory_length is None:
             self.trajectory_length = 10 * self.step_size
-            self._guess_trajectory_length = self.options.adapt_trajectory
-        self._clip_trajectory_length()
+        self.clip_trajectory_length()
 
-    def _clip_trajectory_length(self) -> None:
-        """Keep :math:`T` in ``[eps, max_leapfrog_steps * eps]``. During warm-up
-        ``eps`` is dual averaging's *averaged* step size: its raw iterates swing
-        by 10x, and clipping to them would cut :math:`T` down at every dip."""
-        step_size = self.step_size
-        if self.options.adapt_step_size and self.in_warmup and self._step_adapter.t:
-            step_size = self._step_adapter.final_step_size
+    def clip_trajectory_length(self, step_size: float | None = None) -> None:
+        """Keep :math:`T` in ``[eps, max_leapfrog_steps * eps]``, ``eps`` the step size (or ``step_size``)."""
+        step_size = self.step_size if step_size is None else step_size
         low, high = step_size, step_size * self.options.max_leapfrog_steps
         self.trajectory_length = min(max(self.trajectory_length, low), high)
 
-    def warmup_windows(self, warmup_steps: int) -> list[tuple[int, int]]:
+    def warmup_parts(self) -> WarmupParts:
         """Stan's windows, or with ``mass_schedule="late"`` two in the last 30% of warm-up
-        (:func:`~bnnzoo.inference.adaptation.late_mass_windows`)."""
-        return MASS_SCHEDULES[self.options.mass_schedule](warmup_steps)
+        (:func:`~bnnzoo.inference.adaptation.late_mass_windows`); the trajectory length beside them
+        (:class:`TrajectoryLengthAdaptation`)."""
+        component = TrajectoryLengthAdaptation(self.options.adapt_trajectory and self.options.trajectory_length is None)
+        return WarmupParts(MASS_SCHEDULES[self.options.mass_schedule], harmonic_statistic, (component,))
 
     # ---------------------------------------------------------- sampling
     def _next_jitter(self) -> float:
@@ -149,44 +144,6 @@ class ChEESHMC(AdaptiveHMC):
 
     def extra_stats(self, theta: Tensor) -> dict[str, float | bool]:
         return {"trajectory_length": float(self._length_now), "reached_max_steps": bool(self._capped)}
-
-    # -------------------------------------------------------- adaptation
-    def adapt(self, theta, tr, prob, diverging, time, theta_out) -> None:
-        self.adapt_step_size(prob, diverging, tr.finite)
-        if self.options.adapt_trajectory:
-            self._adapt_trajectory(theta, tr.theta, tr.p, prob, diverging, time)
-        self.adapt_mass(theta_out)
-        self.end_warmup_if_last()
-        self._clip_trajectory_length()
-
-    def _adapt_trajectory(self, theta, proposal, p_new, prob, diverging, time) -> None:
-        grad = chees_gradient(theta, proposal, p_new, prob, diverging, time, self.inv_mass)
-        if math.isfinite(grad):
-            self.trajectory_length = math.exp(self._adam.step(math.log(self.trajectory_length), grad))
-            self._clip_trajectory_length()
-        self._length_count += 1
-        weight = self._length_count ** -0.5
-        self._log_length_avg = weight * math.log(self.trajectory_length) + (1 - weight) * self._log_length_avg
-
-    def before_mass_change(self, inv_mass: Tensor) -> None:
-        if self.options.adapt_trajectory:  # keep the expected distance travelled, T * sqrt(tr M^-1)
-            self.trajectory_length *= math.sqrt(float(self.inv_mass.sum()) / float(inv_mass.sum()))
-            self._log_length_avg, self._length_count = 0.0, 0
-
-    def after_mass_change(self, theta: Tensor, settled_step_size: float) -> None:
-        if self.options.adapt_trajectory and self._guess_trajectory_length:
-            # near leapfrog's stability limit the stiffest directions swing and fake a U-turn
-            # within a few steps: integrate at half the smaller of dual averaging's current
-            # iterate and the step size it had settled on (its average), over as long a time
-            # as max_leapfrog_steps steps of that smaller size
-            step_size = min(settled_step_size, self.step_size) / 2
-            self.trajectory_length = self.u_turn_time(theta, step_size, 2 * self.options.max_leapfrog_steps)
-            self._adam = ScalarAdam()
-
-    def end_warmup(self) -> None:
-        super().end_warmup()
-        if self.options.adapt_trajectory and self._length_count:
-            self.trajectory_length = math.exp(self._log_length_avg)
 
     def u_turn_time(self, theta: Tensor, step_size: float | None = None, max_steps: int | None = None) -> float:
         r"""Median over chains of the time at which a trajectory from ``theta`` (fresh
@@ -230,3 +187,53 @@ class ChEESHMC(AdaptiveHMC):
         if self.trajectory_length is not None:
             log["traj. length"] = f"{self.trajectory_length:.2e}"
         return log
+
+
+class TrajectoryLengthAdaptation(WarmupComponent):
+    r"""ChEES's trajectory length :math:`T` as a part of the window adaptation (:class:`ChEESHMC`'s
+    docstring has the rules): Adam on the ChEES criterion in :math:`\log T` after each step-size
+    update, its running average restarted at each mass update where :math:`T` keeps the expected
+    distance :math:`T\sqrt{\operatorname{tr} M^{-1}}` or, with ``guess`` (no ``trajectory_length``
+    given), restarts from the chains' U-turn time; the average at the end of warm-up; :math:`T` kept
+    in ``[eps, max_leapfrog_steps * eps]`` after every step, ``eps`` dual averaging's *averaged*
+    step size (its raw iterates swing by 10x, and clipping to them would cut :math:`T` down at
+    every dip)."""
+
+    def __init__(self, guess: bool):
+        self.guess = guess
+        self.adam = ScalarAdam()
+        self.log_length_avg, self.count = 0.0, 0
+
+    def after_step(self, kernel, adaptation, step) -> None:
+        if not kernel.options.adapt_trajectory:
+            return
+        grad = chees_gradient(step.theta, step.proposal, step.momentum, step.prob, step.diverging, step.time,
+                              kernel.inv_mass)
+        if math.isfinite(grad):
+            kernel.trajectory_length = math.exp(self.adam.step(math.log(kernel.trajectory_length), grad))
+            self.after_update(kernel, adaptation)
+        self.count += 1
+        weight = self.count ** -0.5
+        self.log_length_avg = weight * math.log(kernel.trajectory_length) + (1 - weight) * self.log_length_avg
+
+    def before_mass_change(self, kernel, adaptation, inv_mass) -> None:
+        if kernel.options.adapt_trajectory:  # keep the expected distance travelled, T * sqrt(tr M^-1)
+            kernel.trajectory_length *= math.sqrt(float(kernel.inv_mass.sum()) / float(inv_mass.sum()))
+            self.log_length_avg, self.count = 0.0, 0
+
+    def after_mass_change(self, kernel, adaptation, theta, settled) -> None:
+        if self.guess:
+            # near leapfrog's stability limit the stiffest directions swing and fake a U-turn
+            # within a few steps: integrate at half the smaller of dual averaging's current
+            # iterate and the step size it had settled on (its average), over as long a time
+            # as max_leapfrog_steps steps of that smaller size
+            step_size = min(settled[0], kernel.step_size) / 2
+            kernel.trajectory_length = kernel.u_turn_time(theta, step_size, 2 * kernel.options.max_leapfrog_steps)
+            self.adam = ScalarAdam()
+
+    def end(self, kernel, adaptation) -> None:
+        if kernel.options.adapt_trajectory and self.count:
+            kernel.trajectory_length = math.exp(self.log_length_avg)
+
+    def after_update(self, kernel, adaptation) -> None:
+        kernel.clip_trajectory_length(adaptation.averaged_step_size)

@@ -6,23 +6,24 @@ transition draws :math:`p \sim N(0, M)`, runs ``num_steps`` leapfrog steps of si
 is tuned, so its acceptance rate measures the integrator on the target (what the
 paper-003 acceptance sweeps tabulate).
 
-:class:`AdaptiveHMC` is that kernel plus two warm-up components from
-:mod:`bnnzoo.inference.adaptation`: dual averaging of the step size and a diagonal
-mass matrix from the chains' pooled variance over Stan's doubling windows. ChEES
-(:mod:`.chees`) and proximal HMC (:mod:`.proximal_hmc`) build on it; neither turns
-anything of it off.
+:class:`FixedStepHMC` is also the HMC family's kernel: with :class:`WarmupOptions` its warm-up is
+a :class:`~bnnzoo.inference.adaptation.WindowAdaptation` (dual averaging of the step size and a
+diagonal mass matrix from the chains' pooled variance over Stan's doubling windows) composed from
+the kernel's :meth:`~FixedStepHMC.warmup_parts`; :class:`AdaptiveHMC` is that warm-up on the fixed
+number of steps. ChEES (:mod:`.chees`), proximal HMC (:mod:`.proximal_hmc`) and batched NUTS
+(:mod:`.nuts`) are one level below it, each naming its warm-up parts; none overrides a warm-up hook.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
-from ..adaptation import (DualAveraging, PooledVariance, acceptance_statistic, find_step_size, harmonic_mean_acceptance,
-                          mass_windows)
+from ..adaptation import (WarmupComponent, WarmupStep, WindowAdaptation, find_step_size, harmonic_mean_acceptance,
+                          harmonic_statistic, mass_windows)
 from .. import cuda_graphs
 from ..cuda_graphs import GraphedLeapfrog
 from ..integrators import EnergyTracker, kinetic_energy, leapfrog
@@ -31,7 +32,7 @@ from ..tuning import resolve_target_accept
 from .base import BaseOptions, FlatKernel, metropolis_accept
 from ..options import flag, fraction, integer, option, optional, positive
 
-__all__ = ["AdaptiveHMC", "FixedStepHMC", "HMCOptions", "MAX_ENERGY_ERROR", "Trajectory", "WarmupOptions"]
+__all__ = ["AdaptiveHMC", "FixedStepHMC", "HMCOptions", "MAX_ENERGY_ERROR", "Trajectory", "WarmupOptions", "WarmupParts"]
 
 Tensor = torch.Tensor
 #: an energy error above this is a divergence (Stan's threshold)
@@ -51,6 +52,17 @@ class Trajectory(NamedTuple):
     error: Tensor
     finite: Tensor
     max_error: Tensor | None = None
+
+
+class WarmupParts(NamedTuple):
+    """A kernel's parts of its :class:`~bnnzoo.inference.adaptation.WindowAdaptation`: the mass
+    windows of a warm-up (a function of its length), what dual averaging steers, the components
+    beside it, and whether the chains are pooled."""
+
+    windows: Callable[[int], list]
+    statistic: Callable
+    components: tuple[WarmupComponent, ...] = ()
+    pooled: bool = True
 
 
 def _same_key(a, b) -> bool:
@@ -106,17 +118,62 @@ class FixedStepHMC(FlatKernel):
     #: whether a compiled potential's trajectories run its four-step graph (fixed-length
     #: trajectories on the potential's own step; ``compile="auto"`` assumes more speed-up then)
     multi_step_graph = True
+    #: one diagonal inverse mass per chain (``[C, D]``) instead of one for all (``[D]``)
+    per_chain_mass = False
 
     def _reset(self) -> None:
         super()._reset()
         self.step_size = self.options.step_size
         self.inv_mass: Tensor | None = None
+        self.warmup: WindowAdaptation | None = None
         self._force_cache: tuple | None = None  # (theta, force_key, U, force)
         self._last_step: float | Tensor = self.step_size
         self._graph: GraphedLeapfrog | None = None  # the leapfrog as a CUDA graph (_graphed)
 
     def prepare(self, theta: Tensor) -> None:
-        self.inv_mass = theta.new_ones(theta.shape[-1])
+        self.inv_mass = torch.ones_like(theta) if self.per_chain_mass else theta.new_ones(theta.shape[-1])
+        if isinstance(self.options, WarmupOptions) and self._warmup_steps > 0:
+            self.warmup = self.build_warmup(theta)
+            self.warmup.num_steps = self._warmup_steps
+
+    # ------------------------------------------------------- warm-up
+    @property
+    def target_accept(self) -> float:
+        """``options.target_accept``, or the value recommended for the model's smoothness when it is None."""
+        model = self.model if self.model is not None else self.potential
+        return float(resolve_target_accept(self.options.target_accept, model, self.target_family))
+
+    def warmup_parts(self) -> WarmupParts:
+        """This kernel's parts of the window adaptation: Stan's windows, the acceptance statistic
+        over the non-divergent chains, no components."""
+        return WarmupParts(mass_windows, harmonic_statistic)
+
+    def build_warmup(self, theta: Tensor) -> WindowAdaptation:
+        """The window adaptation of this kernel (:meth:`warmup_parts`), after the step-size search
+        (:meth:`find_step_size`) where the step size is adapted."""
+        options, parts = self.options, self.warmup_parts()
+        if options.adapt_step_size:
+            self.step_size = self.find_step_size(theta)
+        windows = parts.windows(self._warmup_steps) if options.adapt_mass_matrix else []
+        return WindowAdaptation([self.step_size], self.target_accept, options.dual_averaging_gamma, windows,
+                                parts.statistic, adapt_step_size=options.adapt_step_size,
+                                components=parts.components)
+
+    def set_step_sizes(self, step_sizes) -> None:
+        """The step size the window adaptation chose (one for all chains)."""
+        self.step_size = step_sizes[0]
+
+    def find_step_size(self, theta: Tensor) -> float:
+        """:func:`~bnnzoo.inference.adaptation.find_step_size` on the harmonic-mean acceptance of
+        one leapfrog step from ``theta``."""
+        def one_step(step_size: float) -> float:
+            saved, self.step_size = self.step_size, step_size
+            tr = self.propose(theta, 1)
+            self.step_size = saved
+            prob = torch.where(tr.finite, (-tr.error).clamp(max=0.0).exp(), torch.zeros_like(tr.error))
+            return harmonic_mean_acceptance(prob, ~tr.finite)
+
+        return find_step_size(self.step_size, one_step)
 
     # ------------------------------------------------------- the pieces
     def momentum(self, theta: Tensor) -> Tensor:
@@ -253,8 +310,9 @@ class FixedStepHMC(FlatKernel):
                  "max_energy_error": tr.max_error, "step_size": step_stat,
                  "n_steps": int(num_steps),
                  "lp": -value_out, **self.extra_stats(theta_out)}
-        if self.in_warmup:
-            self.adapt(theta, tr, prob, diverging, num_steps * float(self.step_size), theta_out)
+        if self.in_warmup and self.warmup is not None:
+            self.warmup.update(self, self._t, WarmupStep(theta, theta_out, prob, diverging, tr.finite, tr.theta, tr.p,
+                                                         num_steps * float(self.step_size)))
         if self.compile_policy is not None:
             self.compile_policy.observe(num_steps, theta_out)
         return theta_out, stats
@@ -263,9 +321,12 @@ class FixedStepHMC(FlatKernel):
         """Per-draw statistics beyond HMC's own: ``[C]`` tensors, or numbers (the same for every chain)."""
         return {}
 
-    def adapt(self, theta: Tensor, tr: Trajectory, prob: Tensor, diverging: Tensor, time: float,
-              theta_out: Tensor) -> None:
-        """Warm-up adaptation after a transition: none for fixed-step HMC."""
+    def diagnostics(self) -> dict:
+        diag = super().diagnostics()
+        if isinstance(self.options, WarmupOptions):
+            diag["step_size"] = self.step_size
+            diag["inverse_mass_matrix"] = None if self.inv_mass is None else self.inv_mass.cpu().numpy()
+        return diag
 
 
 def gamma_option(default: float, why: str):
@@ -290,115 +351,13 @@ class WarmupOptions(BaseOptions):
 
 
 class AdaptiveHMC(FixedStepHMC):
-    r""":class:`FixedStepHMC` plus warm-up components: the step size by dual averaging toward
-    ``target_accept`` of :meth:`warmup_acceptance` (started from a doubling/halving search
-    before warm-up and kept going across mass updates, where only its average restarts),
-    and the diagonal :math:`M^{-1}` from the
-    variance of the chains' positions pooled over chains and the second half of each of
-    Stan's doubling windows; both frozen after warm-up (the step size at dual averaging's
-    averaged iterate). A subclass sets its options dataclass (a :class:`WarmupOptions`) and
-    :attr:`target_family` (the engine name whose recommended ``target_accept`` it takes)."""
+    r""":class:`FixedStepHMC` with the HMC family's warm-up: its options are a
+    :class:`WarmupOptions`, so :meth:`FixedStepHMC.build_warmup` composes a
+    :class:`~bnnzoo.inference.adaptation.WindowAdaptation` (dual averaging of the step size
+    toward ``target_accept`` of the acceptance statistic, started from a doubling/halving search
+    before warm-up and kept going across mass updates, where only its average restarts; the
+    diagonal :math:`M^{-1}` from the chains' variance pooled over the second half of each of
+    Stan's doubling windows; both frozen after warm-up, the step size at dual averaging's
+    averaged iterate)."""
 
     Options = WarmupOptions
-    target_family = "chees"
-
-    @property
-    def target_accept(self) -> float:
-        """``options.target_accept``, or the value recommended for the model's smoothness when it is None."""
-        model = self.model if self.model is not None else self.potential
-        return float(resolve_target_accept(self.options.target_accept, model, self.target_family))
-
-    def _reset(self) -> None:
-        super()._reset()
-        self._step_adapter = DualAveraging(self.options.step_size, self.target_accept,
-                                           gamma=self.options.dual_averaging_gamma)
-        self._windows: list[tuple[int, int]] = []
-        self._variance = PooledVariance()
-
-    def prepare(self, theta: Tensor) -> None:
-        super().prepare(theta)
-        if self.options.adapt_step_size and self._warmup_steps > 0:
-            self.step_size = self.find_step_size(theta)
-            self._step_adapter.restart(self.step_size)
-        if self.options.adapt_mass_matrix:
-            self._windows = self.warmup_windows(self._warmup_steps)
-
-    def warmup_windows(self, warmup_steps: int) -> list[tuple[int, int]]:
-        """``[start, end)`` of the mass-matrix windows of a warm-up of ``warmup_steps``: Stan's
-        (:func:`~bnnzoo.inference.adaptation.mass_windows`)."""
-        return mass_windows(warmup_steps)
-
-    def warmup_acceptance(self, prob: Tensor, diverging: Tensor, finite: Tensor) -> float:
-        """The statistic dual averaging steers to ``target_accept``: :func:`acceptance_statistic` over the
-        non-divergent chains (the fraction of them times their harmonic-mean acceptance)."""
-        return acceptance_statistic(prob, ~diverging)
-
-    def find_step_size(self, theta: Tensor) -> float:
-        """:func:`~bnnzoo.inference.adaptation.find_step_size` on the harmonic-mean acceptance of
-        one leapfrog step from ``theta``."""
-        def one_step(step_size: float) -> float:
-            saved, self.step_size = self.step_size, step_size
-            tr = self.propose(theta, 1)
-            self.step_size = saved
-            prob = torch.where(tr.finite, (-tr.error).clamp(max=0.0).exp(), torch.zeros_like(tr.error))
-            return harmonic_mean_acceptance(prob, ~tr.finite)
-
-        return find_step_size(self.step_size, one_step)
-
-    # -------------------------------------------------------- adaptation
-    def adapt(self, theta, tr, prob, diverging, time, theta_out) -> None:
-        self.adapt_step_size(prob, diverging, tr.finite)
-        self.adapt_mass(theta_out)
-        self.end_warmup_if_last()
-
-    def adapt_step_size(self, prob: Tensor, diverging: Tensor, finite: Tensor) -> None:
-        if self.options.adapt_step_size:
-            self.step_size = self._step_adapter.update(self.warmup_acceptance(prob, diverging, finite))
-
-    def adapt_mass(self, theta: Tensor) -> None:
-        t = self._t
-        for start, end in self._windows:
-            if start + (end - start) // 2 <= t < end:
-                self._variance.update(theta)
-            if t == end - 1:
-                self._update_mass(theta)
-
-    def _update_mass(self, theta: Tensor) -> None:
-        inv_mass = self._variance.variance().to(theta.dtype)
-        self._variance = PooledVariance()
-        if not (torch.isfinite(inv_mass).all() and (inv_mass > 0).all()):
-            return
-        self.before_mass_change(inv_mass)
-        self.inv_mass = inv_mass
-        settled = self.step_size
-        if self.options.adapt_step_size:
-            # dual averaging goes on under the new mass (its late, small gain corrects the step
-            # size within a few transitions); only its average restarts, so the final step size
-            # averages iterates under the final mass. Restarting the whole scheme from a new
-            # one-step search (mu = log(10 eps)) swung the step size tenfold at every window.
-            if self._step_adapter.t:
-                settled = self._step_adapter.final_step_size
-            self._step_adapter.restart_average()
-        self.after_mass_change(theta, settled)
-
-    def before_mass_change(self, inv_mass: Tensor) -> None:
-        """Hook before ``inv_mass`` replaces :attr:`inv_mass`."""
-
-    def after_mass_change(self, theta: Tensor, settled_step_size: float) -> None:
-        """Hook after a mass update; ``settled_step_size`` is the step size dual averaging had
-        settled on before it (its average)."""
-
-    def end_warmup_if_last(self) -> None:
-        if self._t == self._warmup_steps - 1:
-            self.end_warmup()
-
-    def end_warmup(self) -> None:
-        """Freeze the step size at dual averaging's averaged iterate."""
-        if self.options.adapt_step_size:
-            self.step_size = self._step_adapter.final_step_size
-
-    def diagnostics(self) -> dict:
-        diag = super().diagnostics()
-        diag["step_size"] = self.step_size
-        diag["inverse_mass_matrix"] = None if self.inv_mass is None else self.inv_mass.cpu().numpy()
-        return diag

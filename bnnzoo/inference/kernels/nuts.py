@@ -32,10 +32,10 @@ from typing import NamedTuple
 
 import torch
 
-from ..adaptation import ChainVariance, DualAveraging, PooledVariance, find_step_size, mass_windows
+from ..adaptation import WarmupStep, WindowAdaptation, chain_statistic, find_step_size, mass_windows, mean_statistic
 from ..integrators import kinetic_energy, leapfrog_step
 from ..options import flag, integer, option, positive
-from .hmc import MAX_ENERGY_ERROR, AdaptiveHMC, FixedStepHMC, WarmupOptions, gamma_option
+from .hmc import MAX_ENERGY_ERROR, FixedStepHMC, WarmupOptions, gamma_option
 
 __all__ = ["BatchedNUTS", "BatchedNUTSOptions"]
 
@@ -125,31 +125,33 @@ class BatchedNUTS(FixedStepHMC):
 
     target_family = "batched_nuts"
     multi_step_graph = False  # trees grow a step at a time
-    target_accept = AdaptiveHMC.target_accept  # options.target_accept, or the one recommended for NUTS
 
     def _reset(self) -> None:
         super()._reset()
         self.chain_step_size: Tensor | None = None  # [C]
-        self._adapters: list[DualAveraging] = []
-        self._windows: list[tuple[int, int]] = []
-        self._variance = self._new_variance()
 
-    def _new_variance(self):
-        return PooledVariance() if self.options.pool_chains else ChainVariance()
+    per_chain_mass = True  # [C, D]: one diagonal mass per chain
 
     def prepare(self, theta: Tensor) -> None:
-        self.inv_mass = torch.ones_like(theta)  # [C, D]: one diagonal mass per chain
         self.chain_step_size = torch.full_like(theta[:, 0], self.options.step_size)
-        warming = self._warmup_steps > 0
-        if self.options.adapt_step_size and warming:
-            self.chain_step_size = self.find_step_sizes(theta)
-            if self.options.pool_chains:
-                self.chain_step_size = self.chain_step_size.median().expand_as(self.chain_step_size).clone()
-        first = self.chain_step_size.tolist()[:1 if self.options.pool_chains else None]
-        self._adapters = [DualAveraging(s, self.target_accept, gamma=self.options.dual_averaging_gamma) for s in first]
         self.step_size = float(self.chain_step_size.median())
-        if self.options.adapt_mass_matrix and warming:
-            self._windows = mass_windows(self._warmup_steps)
+        super().prepare(theta)
+
+    def build_warmup(self, theta: Tensor) -> WindowAdaptation:
+        """The window adaptation pooled over the chains (one step size on their mean acceptance, their
+        pooled variance) or per chain (``pool_chains``), after each chain's step-size search
+        (:meth:`find_step_sizes`; their median when pooled)."""
+        pooled = self.options.pool_chains
+        if self.options.adapt_step_size:
+            self.chain_step_size = self.find_step_sizes(theta)
+            if pooled:
+                self.chain_step_size = self.chain_step_size.median().expand_as(self.chain_step_size).clone()
+        first = self.chain_step_size.tolist()[:1 if pooled else None]
+        self.step_size = float(self.chain_step_size.median())
+        windows = mass_windows(self._warmup_steps) if self.options.adapt_mass_matrix else []
+        return WindowAdaptation(first, self.target_accept, self.options.dual_averaging_gamma, windows,
+                                mean_statistic if pooled else chain_statistic,
+                                adapt_step_size=self.options.adapt_step_size, pooled=pooled)
 
     def step_sizes(self, theta: Tensor) -> Tensor:
         return self.chain_step_size.unsqueeze(-1)
@@ -321,45 +323,18 @@ class BatchedNUTS(FixedStepHMC):
                  "energy_error": error, "max_energy_error": max_error, "step_size": step_size,
                  "n_steps": steps.to(torch.long), "tree_depth": depth, "reached_max_tree_depth": alive,
                  "lp": -value_out}
-        if self.in_warmup:
-            self.adapt(prob, theta_out)
+        if self.in_warmup and self.warmup is not None:
+            self.warmup.update(self, self._t, WarmupStep(theta, theta_out, prob, diverging))
         if self.compile_policy is not None:
             self.compile_policy.observe(self._batched_steps, theta_out)
         return theta_out, stats
 
     # ------------------------------------------------------------ warm-up
-    def adapt(self, prob: Tensor, theta: Tensor) -> None:
-        """Each chain's dual averaging on its acceptance statistic (one host read of ``[C]``
-        numbers per transition), its variance over Stan's windows, and at the last warm-up
-        step the step sizes frozen at their averaged iterates."""
-        if self.options.adapt_step_size:
-            probs = [float(prob.double().mean())] if self.options.pool_chains else prob.tolist()
-            self._set_steps([a.update(q) for a, q in zip(self._adapters, probs)])
-        t = self._t
-        for start, end in self._windows:
-            if start + (end - start) // 2 <= t < end:
-                self._variance.update(theta)
-            if t == end - 1:
-                self._update_mass()
-        if t == self._warmup_steps - 1 and self.options.adapt_step_size:
-            self._set_steps([a.final_step_size for a in self._adapters])
-
-    def _set_steps(self, steps: list[float]) -> None:
-        steps = torch.tensor(steps, dtype=self.chain_step_size.dtype, device=self.chain_step_size.device)
+    def set_step_sizes(self, step_sizes) -> None:
+        """The step sizes the window adaptation chose: one for all chains, or one per chain."""
+        steps = torch.tensor(step_sizes, dtype=self.chain_step_size.dtype, device=self.chain_step_size.device)
         self.chain_step_size = steps.expand_as(self.chain_step_size).clone()
         self.step_size = float(self.chain_step_size.median())
-
-    def _update_mass(self) -> None:
-        """Each chain's variance becomes its :math:`M^{-1}` (a chain whose estimate is not finite and
-        positive keeps its mass); dual averaging goes on, only its average restarts (as in
-        :class:`~.hmc.AdaptiveHMC`)."""
-        inv_mass = self._variance.variance().to(self.inv_mass.dtype)
-        self._variance = self._new_variance()
-        inv_mass = inv_mass.expand_as(self.inv_mass)
-        ok = (torch.isfinite(inv_mass) & (inv_mass > 0)).all(-1, keepdim=True)
-        self.inv_mass = torch.where(ok, inv_mass, self.inv_mass)
-        for adapter in self._adapters:
-            adapter.restart_average()
 
     def diagnostics(self) -> dict:
         diag = super().diagnostics()

@@ -3,7 +3,7 @@ r"""Proximal HMC for posteriors with a non-differentiable L1 (Laplace) part (pap
 Target :math:`U(w) = f(w) + \sum_d \beta_d |w_d|`: ``f`` smooth (likelihood and
 every smooth prior term), :math:`\beta` from the priors' smooth/L1 split
 (:meth:`~bnnzoo.inference.potential.FlatPotential.l1_weights`: ``1/scale`` of a
-Laplace prior). :class:`~.hmc.AdaptiveHMC` with one change: the leapfrog uses a
+Laplace prior). HMC with the family's window adaptation and one change: the leapfrog uses a
 proximal force (:mod:`bnnzoo.inference.proximal`) instead of the gradient, which
 does not exist at :math:`w_d = 0`. The Metropolis test uses the *true* Hamiltonian
 with the exact L1 term, so the chain targets the exact posterior whatever the
@@ -26,9 +26,9 @@ from typing import Sequence
 import torch
 
 from ... import validation
-from ..adaptation import acceptance_statistic
+from ..adaptation import WarmupComponent, acceptance_statistic, finite_statistic, mass_windows
 from ..proximal import moreau_force, ns_hmc_force, prox_gradient_force
-from .hmc import AdaptiveHMC, WarmupOptions, gamma_option
+from .hmc import FixedStepHMC, WarmupOptions, WarmupParts, gamma_option
 from ..options import choice, flag, integer, option, positive, site_names
 
 __all__ = ["CHAIN_METHODS", "FORCES", "ProximalHMC", "ProximalOptions", "acceptance_statistic",
@@ -82,7 +82,7 @@ def relative_hamiltonian_error(energy_start: Tensor, energy_end: Tensor) -> floa
     return float((energy_end - energy_start).abs().sum() / energy_start.abs().sum().clamp(min=1e-12))
 
 
-class ProximalHMC(AdaptiveHMC):
+class ProximalHMC(FixedStepHMC):
     r"""HMC for :math:`U(w) = f(w) + \sum_d \beta_d|w_d|` with a proximal leapfrog force
     and an exact Metropolis test (Chaari et al. 2016; Pereyra 2016; paper 000).
 
@@ -120,7 +120,7 @@ class ProximalHMC(AdaptiveHMC):
     picked from ``LAM_GRID`` by the smallest relative Hamiltonian error
     (:meth:`tune_lam`), before warm-up and after every mass-matrix update.
 
-    Warm-up (:class:`~bnnzoo.inference.kernels.hmc.AdaptiveHMC`): the step size
+    Warm-up (:class:`~bnnzoo.inference.adaptation.WindowAdaptation`): the step size
     by dual averaging toward ``target_accept`` of :func:`acceptance_statistic`
     (harmonic-mean acceptance over the chains, times the fraction of finite
     proposals), and a diagonal mass matrix from the pooled variance of the
@@ -155,7 +155,7 @@ class ProximalHMC(AdaptiveHMC):
 
     Options = ProximalOptions
     target_family = "proximal_hmc"
-    stat_names = AdaptiveHMC.stat_names + ("step_size_nom", "sparsity")
+    stat_names = FixedStepHMC.stat_names + ("step_size_nom", "sparsity")
 
     # ------------------------------------------------------------ state
     def _reset(self) -> None:
@@ -254,13 +254,11 @@ class ProximalHMC(AdaptiveHMC):
     def extra_stats(self, theta: Tensor) -> dict[str, Tensor | float]:
         return {"step_size_nom": float(self.step_size), "sparsity": self.sparsity(theta)}
 
-    def warmup_acceptance(self, prob: Tensor, diverging: Tensor, finite: Tensor) -> float:
-        """:func:`acceptance_statistic`: the harmonic mean times the fraction of finite proposals."""
-        return acceptance_statistic(prob, finite)
-
-    def after_mass_change(self, theta: Tensor, settled_step_size: float) -> None:
-        if self.options.lam == "tune":
-            self.tune_lam(theta)
+    def warmup_parts(self) -> WarmupParts:
+        """Stan's windows; dual averaging steers :func:`acceptance_statistic` over the chains with a
+        finite proposal (the harmonic mean times their fraction); with ``lam="tune"`` the lambda
+        search after every mass update (:class:`LambdaSearch`)."""
+        return WarmupParts(mass_windows, finite_statistic, (LambdaSearch(),) if self.options.lam == "tune" else ())
 
     # ------------------------------------------------------------ lam
     def tune_lam(self, theta: Tensor | None = None, grid: Sequence[float] | None = None) -> dict:
@@ -314,3 +312,11 @@ class ProximalHMC(AdaptiveHMC):
         log = super().logging()
         log["lam"] = f"{self.lam:.2e}"
         return log
+
+
+class LambdaSearch(WarmupComponent):
+    """Proximal HMC's ``lam="tune"`` as a part of the window adaptation: :meth:`ProximalHMC.tune_lam`
+    again after every mass-matrix update."""
+
+    def after_mass_change(self, kernel, adaptation, theta, settled) -> None:
+        kernel.tune_lam(theta)

@@ -1,8 +1,9 @@
 """The analytic gradient of a Dense BNN and its ``torch.compile`` graphs.
 
 * :func:`dense_value_and_grads`: forward and hand-written backward pass of a
-  Dense network, with the activations' derivatives in :data:`ACTIVATION_BACKWARD`
-  and the losses of a Gaussian (fixed noise), Bernoulli or categorical likelihood;
+  Dense network, with the activations' derivatives from their table
+  (:data:`~bnnzoo.models.activations.ACTIVATION_TABLE`) and the loss each likelihood carries
+  (:meth:`~bnnzoo.models.likelihoods.Likelihood.analytic`);
 * :class:`AnalyticMixin`: the part of :class:`~bnnzoo.inference.potential.BNNPotential`
   that uses them (whether the model qualifies, the value and gradient on a
   flat ``theta``, and the compiled graphs of the full-data value-and-gradient
@@ -16,56 +17,33 @@ import math
 import numbers
 import time
 import warnings
-from typing import TYPE_CHECKING
 
 import torch
 
-from ...models.bnn import ACTIVATION_FUNCTIONS
-from ...models.likelihoods import Bernoulli, Categorical, GaussianLikelihood
+from ...models.activations import ACTIVATION_FUNCTIONS, ACTIVATION_TABLE
 from ...models.priors import Gaussian
 from ...models.spec import Dense
 from ..compilation import use_persistent_inductor_cache
 from ..integrators import kinetic_energy, leapfrog_step
 
-if TYPE_CHECKING:
-    from .bnn import BNNPotential
-
 Tensor = torch.Tensor
 
 
-#: ``back(g, h)``: ``g * act'(z)`` from the activation's output ``h = act(z)``
-#: (None: the identity). relu/leaky_relu use ``h > 0`` (iff ``z > 0``, as autograd);
-#: softplus ``sigmoid(z) = 1 - exp(-h)``; leaky_relu has torch's default slope 0.01.
-#: tanh is ``g - (g h) h``: two tensor ops instead of three (a small network's step is
-#: bound by the number of ops it dispatches, not by arithmetic)
-ACTIVATION_BACKWARD = {
-    "tanh": lambda g, h: torch.addcmul(g, g * h, h, value=-1.0),
-    "sigmoid": lambda g, h: g * (h * (1 - h)),
-    "relu": lambda g, h: g * (h > 0),
-    "leaky_relu": lambda g, h: torch.where(h > 0, g, 0.01 * g),
-    "softplus": lambda g, h: g * -torch.expm1(-h),
-    "linear": None,
-    None: None,
-}
-
-#: the derivatives a ``torch.compile`` graph traces: tanh's as ``g (1 - h^2)``, which inductor
-#: fuses into its loops (the fewer-op forms here are for eager dispatch)
-GRAPH_BACKWARD = {**ACTIVATION_BACKWARD, "tanh": lambda g, h: g * (1 - h * h)}
-
-#: the activations of the analytic path, allowed to overwrite their input (a fresh pre-activation
-#: that nothing else reads; no autograd here): the functions of
-#: :data:`~bnnzoo.models.bnn.ACTIVATION_FUNCTIONS` without their temporaries (tanh is the
-#: same ``2 sigmoid(2z) - 1``, op for op, so the same bits)
-ACTIVATION_IN_PLACE = {
-    "tanh": lambda z: z.mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0),
-    "sigmoid": torch.sigmoid_,
-    "relu": torch.relu_,
-}
+#: ``back(g, h)``: ``g * act'(z)`` from the activation's output ``h = act(z)`` (None: the
+#: identity), for the activations the analytic path serves (:data:`~bnnzoo.models.activations.ACTIVATION_TABLE`)
+ACTIVATION_BACKWARD = {name: a.backward for name, a in ACTIVATION_TABLE.items() if a.analytic}
 
 
 def _activation(name):
-    """The analytic path's activation ``name``: in place where :data:`ACTIVATION_IN_PLACE` has it."""
-    return ACTIVATION_IN_PLACE.get(name) or ACTIVATION_FUNCTIONS[name]
+    """The analytic path's activation ``name``: in place where it has an in-place form."""
+    row = ACTIVATION_TABLE[name]
+    return row.in_place or row.forward
+
+
+def _graph_backward(name):
+    """The derivative of activation ``name`` as a ``torch.compile`` graph traces it."""
+    row = ACTIVATION_TABLE[name]
+    return row.graph_backward or row.backward
 
 
 def dense_value_and_grads(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]]:
@@ -81,7 +59,7 @@ def dense_value_and_grads(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]
               \partial U/\partial b_l = \textstyle\sum_n \delta_{l,n}, \quad
               \delta_{l-1} = (\delta_l W_l) \odot \mathrm{act}_{l-1}'(z_{l-1}).
 
-    ``act`` may overwrite its argument (:data:`ACTIVATION_IN_PLACE`). Returns ``U`` and the
+    ``act`` may overwrite its argument (an activation's in-place form). Returns ``U`` and the
     gradients in site order (``W_0, b_0, W_1, ...``, no entry for a missing bias).
     """
     batch = layers[0][0].shape[:-2]
@@ -173,18 +151,6 @@ def _feature_major_propagate(delta: Tensor, w: Tensor) -> Tensor:
     return torch.matmul(w.transpose(1, 2), delta)
 
 
-def _bernoulli_loss(f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-    """``-log Bernoulli(y | logits f)`` summed, and ``sigmoid(f) - y``, both times ``scale``."""
-    value = torch.nn.functional.binary_cross_entropy_with_logits(f, y.expand_as(f), reduction="none")
-    return scale * value.sum((-1, -2)), scale * (torch.sigmoid(f) - y)
-
-
-def _categorical_loss(f: Tensor, onehot: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-    """``-log softmax(f)[y]`` summed, and ``softmax(f) - onehot(y)``, both times ``scale``."""
-    logp = torch.log_softmax(f, -1)
-    return -scale * (logp * onehot).sum((-1, -2)), scale * (logp.exp() - onehot)
-
-
 class AnalyticMixin:
     """The analytic path of :class:`~bnnzoo.inference.potential.BNNPotential`
     (its methods use the potential's model, data, layout and prior segments):
@@ -202,11 +168,8 @@ class AnalyticMixin:
             return None
         if not all(isinstance(layer, Dense) and layer.activation in ACTIVATION_BACKWARD for layer in spec.layers):
             return None
-        if isinstance(lik, GaussianLikelihood) and not lik.learned:
-            kind = "gaussian"
-        elif isinstance(lik, (Bernoulli, Categorical)):
-            kind = lik.kind
-        else:
+        analytic = lik.analytic(self.num_data)
+        if analytic is None:
             return None
         if self.y.dim() != 1 or self.x.shape[0] != self.y.shape[0]:
             return None
@@ -214,16 +177,9 @@ class AnalyticMixin:
                     for p in (("weight", "bias") if layer.bias else ("weight",))]
         if self.names != expected:
             return None
-        dtype = self.dtype
         self._x = self.x.reshape(self.num_data, -1)  # a Dense first layer flattens an image input
-        if kind == "categorical":
-            self._target = torch.nn.functional.one_hot(self.y.long(), spec.layers[-1].units).to(dtype)
-        else:
-            self._target = self.y.to(dtype).unsqueeze(-1)  # [N, 1], like f
-        self._inv_var = 1.0 / float(lik.noise) ** 2 if kind == "gaussian" else 1.0
-        # N log(noise) + N/2 log(2 pi): the same for a minibatch once scaled by N/B
-        lik_const = self.num_data * (math.log(float(lik.noise)) + 0.5 * math.log(2 * math.pi)) \
-            if kind == "gaussian" else 0.0
+        self._target = analytic.target(self.y, spec.layers[-1].units, self.dtype)
+        lik_const = analytic.constant
         # a Gaussian prior's U is w^2 / (2 s^2) plus a constant: one dot product, and the
         # constants of every such segment and of the likelihood added once
         self._prior_terms, self._constant = [], lik_const
@@ -234,31 +190,14 @@ class AnalyticMixin:
                 self._constant += (end - start) * (math.log(float(prior.scale)) + 0.5 * math.log(2 * math.pi))
             else:
                 self._prior_terms.append((start, end, prior, None))
-        self._loss = {"gaussian": self._gaussian_loss, "bernoulli": _bernoulli_loss,
-                      "categorical": _categorical_loss}[kind]
-        self._graph_loss = {"gaussian": self._gaussian_graph_loss, "bernoulli": _bernoulli_loss,
-                            "categorical": _categorical_loss}[kind]
+        self._loss, self._graph_loss = analytic.loss, analytic.graph_loss
         self._shapes = [self.shapes[n] for n in self.names]
         self._flat_shape_cache: dict[int, list[tuple[int, ...]]] = {}
         self._layers = [(_activation(layer.activation), ACTIVATION_BACKWARD[layer.activation], layer.bias)
                         for layer in spec.layers]
-        self._graph_layers = [(ACTIVATION_FUNCTIONS[layer.activation], GRAPH_BACKWARD[layer.activation], layer.bias)
+        self._graph_layers = [(ACTIVATION_FUNCTIONS[layer.activation], _graph_backward(layer.activation), layer.bias)
                               for layer in spec.layers]
-        self._lik_const = lik_const
-        return kind
-
-    def _gaussian_graph_loss(self, f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-        """:meth:`_gaussian_loss` with its constant, written as inductor fuses it best (a graph's)."""
-        r = f - y
-        return (0.5 * scale * self._inv_var) * r.square().sum((-1, -2)) + self._lik_const, r * (scale * self._inv_var)
-
-    def _gaussian_loss(self, f: Tensor, y: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-        """``|f - y|^2 / (2 noise^2)`` summed, times ``scale``, without its constant (added once with
-        the priors'), and its gradient."""
-        r = f - y
-        flat = r.reshape(r.shape[:-2] + (-1,))
-        value = torch.linalg.vecdot(flat, flat).mul_(0.5 * scale * self._inv_var)
-        return value, r.mul_(scale * self._inv_var)
+        return lik.kind
 
     def _analytic_value_and_grad(self, theta: Tensor, x: Tensor, target: Tensor, scale: float,
                                  graph: bool = False):
@@ -332,11 +271,11 @@ class AnalyticMixin:
         return out
 
 
-def _value_and_grad_graph(potential: BNNPotential, theta: Tensor) -> tuple[Tensor, Tensor]:
+def _value_and_grad_graph(potential: AnalyticMixin, theta: Tensor) -> tuple[Tensor, Tensor]:
     return potential._analytic_value_and_grad(theta, potential._x, potential._target, 1.0, graph=True)
 
 
-def _leapfrog_step_graph(potential: BNNPotential, theta, p, grad, step_size, inv_mass):
+def _leapfrog_step_graph(potential: AnalyticMixin, theta, p, grad, step_size, inv_mass):
     return leapfrog_step(theta, p, grad, step_size, inv_mass, lambda t: _value_and_grad_graph(potential, t),
                          fused=False)
 
@@ -371,7 +310,7 @@ def leapfrog_steps(step, theta, p, grad, step_sizes, inv_mass, high, low):
     return theta, p, value, grad, high, low
 
 
-def _leapfrog_steps_graph(potential: BNNPotential, theta, p, grad, step_sizes, inv_mass, high, low):
+def _leapfrog_steps_graph(potential: AnalyticMixin, theta, p, grad, step_sizes, inv_mass, high, low):
     step = functools.partial(_leapfrog_step_graph, potential)
     return leapfrog_steps(step, theta, p, grad, step_sizes, inv_mass, high, low)
 

@@ -12,6 +12,8 @@ from pyro.infer import MCMC
 from torch.distributions.transforms import identity_transform
 
 from bnnzoo.inference import ChEESHMC, FlatPotential, run, split_mcmc
+from bnnzoo.inference.adaptation import WarmupStep
+from bnnzoo.inference.kernels.chees import TrajectoryLengthAdaptation
 from bnnzoo.inference.engines.driver import _available_memory
 from bnnzoo.inference.integrators import kinetic_energy, leapfrog
 from bnnzoo.models import BNN
@@ -104,7 +106,7 @@ def test_correlated_ill_scaled_gaussian(mass_schedule):
     kernel, draws = sample(GaussianTarget(mean, cov), num_chains=32, num_samples=250, warmup_steps=300,
                            mass_schedule=mass_schedule)
     expected = {"stan": [(75, 100), (100, 150), (150, 250)], "late": [(210, 232), (232, 270)]}[mass_schedule]
-    assert kernel._windows == expected
+    assert kernel.warmup.windows == expected
     assert_moments(draws.samples["x"], mean, np.sqrt(np.diag(cov)), min_ess=1000)
     # the warm-up found the scales: inverse mass ~ the variances
     np.testing.assert_allclose(kernel.inv_mass.numpy(), np.diag(cov), rtol=0.3)
@@ -135,12 +137,13 @@ def test_nan_potential_is_a_rejected_counted_divergence():
 def test_a_divergent_chain_counts_as_a_rejection_in_the_steered_statistic():
     # all finite, one chain divergent (energy error > 1000): three quarters of the harmonic mean
     # of the others, so a divergence pulls the step size down (left out, it would not)
-    kernel = ChEESHMC(potential=GaussianTarget([0.0], [[1.0]]), num_chains=4)
+    statistic = ChEESHMC(potential=GaussianTarget([0.0], [[1.0]]), num_chains=4).warmup_parts().statistic
     prob = torch.tensor([1.0, 0.5, 0.0, 0.25])
     diverging = torch.tensor([False, False, True, False])
-    statistic = kernel.warmup_acceptance(prob, diverging, torch.ones(4, dtype=torch.bool))
-    assert statistic == pytest.approx(0.75 * 3 / (1 + 2 + 4))
-    assert kernel.warmup_acceptance(prob, torch.ones(4, dtype=torch.bool), ~diverging) == 0.0
+    theta = torch.zeros(4, 1)
+    assert statistic(WarmupStep(theta, theta, prob, diverging, torch.ones(4, dtype=torch.bool))) == [
+        pytest.approx(0.75 * 3 / (1 + 2 + 4))]
+    assert statistic(WarmupStep(theta, theta, prob, torch.ones(4, dtype=torch.bool), ~diverging)) == [0.0]
 
 
 # ------------------------------------------------------------ bad options
@@ -229,6 +232,5 @@ def test_the_u_turn_restart_is_not_fooled_by_steps_near_the_stability_limit():
     theta = torch.as_tensor(sds, dtype=torch.get_default_dtype()) * torch.randn(16, dim)
     kernel.inv_mass = torch.ones(dim)
     assert kernel.u_turn_time(theta) < 2 * step_size  # the fake turn at the step size itself
-    kernel._guess_trajectory_length = True
-    kernel.after_mass_change(theta, settled_step_size=step_size)
+    TrajectoryLengthAdaptation(guess=True).after_mass_change(kernel, None, theta, settled=[step_size])
     assert abs(kernel.trajectory_length - math.pi) < 0.1 * math.pi
