@@ -8,8 +8,9 @@ compiled leapfrog step (``compile=True``: what a long run spends its time in onc
 ``threads="auto"`` picks
 (:func:`bnnzoo.inference.threads.choose_threads`), twice: with the machine as it is
 ("quiet") and while a second process burns one core ("loaded"; started more than
-:data:`~bnnzoo.inference.threads.LOAD_TTL` seconds before, so auto's reading of the
-free cores is taken with it running, as a run started on a busy machine would). The settings
+:data:`~bnnzoo.inference.threads.LOAD_TTL` seconds before; auto's count does not follow the
+load, so the "loaded" rows show what that costs, and the count that the run's note would
+suggest). The settings
 alternate inside each round (``--rounds``), medians over rounds are reported,
 with each setting's ratio to the best setting of its row ("auto picks": the count auto
 chose, or the counts and how many rounds chose each where they differed). Usage:

@@ -159,6 +159,8 @@ class AutoCompile:
         self.multi_step = multi_step  # the kernel runs the compiled four-step graph (assumed_speedup)
         if not getattr(potential, "analytic", False):
             self.decision = "auto: eager (the model has no analytic gradient to compile)"
+        elif not getattr(potential, "compilable", True):
+            self.decision = "auto: eager (the analytic gradient of a learned noise runs eagerly)"
         elif not compiler_available():
             self.decision = "auto: eager (no C++ compiler found)"
             warnings.warn("compile='auto': no C++ compiler found (g++, c++, clang++ or $CXX); running eagerly")

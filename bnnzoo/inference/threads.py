@@ -1,28 +1,30 @@
 """How many intra-op threads torch uses for a run.
 
-torch's default (one thread per core) is right on an idle machine and badly wrong
-on a busy one: a batched gradient of a small network is dispatch-bound, and threads
-that must wait for a core held by another process only wait on each other (on a
-2-core machine with other work running, one such gradient took 10x longer with 2
-threads than with 1). On an idle machine a second thread starts to pay from about
-:data:`SMALL_WORK` multiply-adds per gradient (on the cosine MLP about even with 8 chains,
-31-37% with 32, eager and compiled; ``benchmarks/bench_threads.py``). :func:`choose_threads` picks a
-count from the work per gradient and the cores that are free now;
-:func:`using_threads` applies a count for the duration of a run and restores the
-caller's setting afterwards.
+A matrix product's or a reduction's rounding can depend on the number of threads, so the
+count is a function of the run's inputs and the machine, never of the load at the moment:
+the same seed gives the same draws in every process on a machine (``threads="auto"``).
 
-The rule (``threads="auto"``):
+torch's default (one thread per core) is right on an idle machine and wrong for work too
+small to share: a batched gradient of a small network is dispatch-bound, and a second thread
+only waits on the first. On an idle machine a second thread starts to pay from about
+:data:`SMALL_WORK` multiply-adds per gradient (on the cosine MLP about even with 8 chains,
+31-37% with 32, eager and compiled; ``benchmarks/bench_threads.py``).
+
+The rule (``threads="auto"``, :func:`choose_threads`):
 
 * work per gradient ``W = chains x rows x (multiply-adds per row of the network)``;
-  below :data:`SMALL_WORK` one thread (a second cannot pay, and would lose much if
-  other work arrived);
-* otherwise the cores this process may use, less those busy with other work now, at
-  least one. "Now" is measured (:func:`busy_cores`): the CPU time the machine's cores
-  (those this process may run on) spent busy over :data:`LOAD_WINDOW` seconds, less
-  this process's own, from ``/proc/stat``; where that file does not exist, the
-  1-minute load average less one for this process. The reading is kept for
-  :data:`LOAD_TTL` seconds, so back-to-back runs do not each pay for it. It is a
-  reading at the start of the run: load that arrives later is not followed.
+  below :data:`SMALL_WORK` one thread;
+* otherwise every core this process may use.
+
+On a machine busy with other work, threads that must wait for a core held by another process
+wait on each other (on a 2-core machine with other work running, one such gradient took 10x
+longer with 2 threads than with 1). The count does not follow the load (that would make the
+draws depend on it); :func:`busy_note` measures it at the start of the run (:func:`busy_cores`:
+the CPU time the machine's cores spent busy over :data:`LOAD_WINDOW` seconds, less this
+process's own, from ``/proc/stat``; where that file does not exist, the 1-minute load average
+less one for this process) and, where other work holds cores the run would use, says so and
+that ``threads=1`` (or the free cores) may run faster there. :func:`using_threads` applies a
+count for the duration of a run and restores the caller's setting afterwards.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from contextlib import contextmanager
 import torch
 
 
-__all__ = ["LOAD_TTL", "LOAD_WINDOW", "SMALL_WORK", "busy_cores", "check_threads", "choose_threads", "using_threads",
-           "work_per_gradient"]
+__all__ = ["LOAD_TTL", "LOAD_WINDOW", "SMALL_WORK", "busy_cores", "busy_note", "check_threads", "choose_threads",
+           "using_threads", "work_per_gradient"]
 
 #: multiply-adds per batched gradient below which one thread is used: below it (the demo's 16
 #: chains of a 1-10-1 MLP, 50 thousand) a second thread did not pay on an idle 2-core machine,
@@ -132,13 +134,27 @@ def work_per_gradient(model, num_rows: int, num_chains: int) -> int | None:
     return int(num_chains) * int(num_rows) * int(model.num_params)
 
 
-def choose_threads(work: int | None, cores: int | None = None, busy: int | None = None) -> int:
-    """The thread count for ``work`` multiply-adds per gradient (module docstring)."""
+def choose_threads(work: int | None, cores: int | None = None) -> int:
+    """The thread count for ``work`` multiply-adds per gradient (module docstring): a function of
+    the work and the cores this process may use, not of the load."""
     cores = _cores() if cores is None else cores
     if work is not None and work < SMALL_WORK:
         return 1
-    busy = busy_cores() if busy is None else busy
-    return max(1, min(cores, cores - busy))
+    return max(1, cores)
+
+
+def busy_note(threads: int) -> str | None:
+    """A line for a run on ``threads`` threads while other work holds some of the cores they need
+    (:func:`busy_cores`), else None."""
+    if threads <= 1:
+        return None
+    busy = busy_cores()
+    free = max(1, _cores() - busy)
+    if free >= threads:
+        return None
+    return (f"other work holds {busy} of this machine's {_cores()} cores: the run's {threads} threads wait on each "
+            f"other for them; threads={free} may run faster here (threads='auto' does not follow the load, "
+            f"so that the same seed gives the same draws)")
 
 
 @contextmanager

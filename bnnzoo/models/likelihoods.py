@@ -29,12 +29,19 @@ class AnalyticLoss(NamedTuple):
     ``loss(f, target, scale)``: ``(U [*batch], dU/df)`` of the data, times ``scale``, without
     ``constant`` (added once with the priors'; it may overwrite the fresh tensors it makes);
     ``graph_loss``: the same with its constant, written as a ``torch.compile`` graph fuses it
-    best; ``constant``: the part of ``U`` that does not depend on ``f``, for all rows."""
+    best (None: no graph); ``constant``: the part of ``U`` that depends on neither ``f`` nor
+    the likelihood's own parameters, for all rows.
+
+    A likelihood with sampled parameters of its own (``num_params`` unconstrained coordinates,
+    the last of ``theta``: a learned noise variance) has ``loss(f, target, scale, u)`` with
+    ``u [*batch, num_params]``, returning ``(U, dU/df, dU/du)``; its ``U`` holds the parameters'
+    prior and log-Jacobian too (neither scaled)."""
 
     target: Callable[[Tensor, int, torch.dtype], Tensor]
-    loss: Callable[[Tensor, Tensor, float], tuple[Tensor, Tensor]]
-    graph_loss: Callable[[Tensor, Tensor, float], tuple[Tensor, Tensor]]
+    loss: Callable
+    graph_loss: Callable | None
     constant: float = 0.0
+    num_params: int = 0
 
 
 def _column_target(y: Tensor, units: int, dtype: torch.dtype) -> Tensor:
@@ -136,9 +143,10 @@ class GaussianLikelihood(Likelihood):
         return f[..., 0]
 
     def analytic(self, num_data):
-        """The Gaussian loss with a fixed noise (a learned one: None, autograd)."""
+        """The Gaussian loss with a fixed noise; with ``noise="learned"``, of the unconstrained
+        ``u = log(noise_var)`` as well (:meth:`_learned_analytic`)."""
         if self.learned:
-            return None
+            return self._learned_analytic(num_data)
         inv_var = 1.0 / float(self.noise) ** 2
         # N log(noise) + N/2 log(2 pi): the same for a minibatch once scaled by N/B
         constant = num_data * (math.log(float(self.noise)) + 0.5 * math.log(2 * math.pi))
@@ -155,6 +163,34 @@ class GaussianLikelihood(Likelihood):
             return (0.5 * scale * inv_var) * r.square().sum((-1, -2)) + constant, r * (scale * inv_var)
 
         return AnalyticLoss(_column_target, loss, graph_loss, constant)
+
+    def _learned_analytic(self, num_data: int) -> AnalyticLoss:
+        r"""With :math:`v = e^u` the noise variance, :math:`S = \sum_n (f_n - y_n)^2` over the
+        B rows of a call and ``scale`` :math:`s = N/B`:
+
+        .. math::
+            U = \tfrac{s}{2} S e^{-u} + (\tfrac{sB}{2} + a) u + b e^{-u} + \text{const},\quad
+            \partial U/\partial u = -\tfrac{s}{2} S e^{-u} + \tfrac{sB}{2} + a - b e^{-u},\quad
+            \partial U/\partial f_n = s (f_n - y_n) e^{-u}
+
+        (the likelihood, the InverseGamma(a, b) prior of :math:`v` and :math:`-\log|dv/du| = -u`);
+        const :math:`= \tfrac{N}{2}\log 2\pi - a\log b + \log\Gamma(a)`."""
+        a, b = self.noise_prior
+        constant = num_data * 0.5 * math.log(2 * math.pi) - a * math.log(b) + math.lgamma(a)
+
+        def loss(f, y, scale, u):
+            r = f - y
+            flat = r.reshape(r.shape[:-2] + (-1,))
+            squares = torch.linalg.vecdot(flat, flat)
+            u = u[..., 0]
+            precision = torch.exp(-u)
+            half_rows = 0.5 * scale * r.shape[-2]
+            data = (0.5 * scale) * squares * precision
+            value = data + (half_rows + a) * u + b * precision
+            grad_u = (half_rows + a) - data - b * precision
+            return value, r.mul_((scale * precision)[..., None, None]), grad_u.unsqueeze(-1)
+
+        return AnalyticLoss(_column_target, loss, None, constant, num_params=1)
 
     def to_dict(self):
         d = {"kind": self.kind, "noise": self.noise}

@@ -1,5 +1,5 @@
-"""The thread policy: one thread for small work, the free cores (measured now) for larger work, the caller's setting
-restored."""
+"""The thread policy: one thread for small work, every core for larger work whatever the load (the same seed gives
+the same draws), a note where other work holds those cores, the caller's setting restored."""
 
 import multiprocessing as mp
 import os
@@ -9,19 +9,30 @@ import torch
 
 from bnnzoo.inference import run
 from bnnzoo.inference import threads as threads_module
-from bnnzoo.inference.threads import SMALL_WORK, busy_cores, choose_threads, using_threads, work_per_gradient
+from bnnzoo.inference.threads import SMALL_WORK, busy_cores, busy_note, choose_threads, using_threads, work_per_gradient
 from bnnzoo.models import BNN, zoo
 
 
-@pytest.mark.parametrize("work, cores, busy, want", [
-    (SMALL_WORK - 1, 16, 0, 1),      # dispatch-bound: one thread whatever the machine
-    (SMALL_WORK * 10, 16, 0, 16),    # large and idle: every core
-    (SMALL_WORK * 10, 2, 1, 1),      # large on a busy 2-core machine: the free core
-    (SMALL_WORK * 10, 4, 9, 1),      # overloaded: one
-    (None, 8, 2, 6),                 # unknown work: the free cores
+@pytest.mark.parametrize("work, cores, want", [
+    (SMALL_WORK - 1, 16, 1),         # dispatch-bound: one thread whatever the machine
+    (SMALL_WORK * 10, 16, 16),       # large: every core
+    (None, 8, 8),                    # unknown work: every core
 ])
-def test_choose_threads(work, cores, busy, want):
-    assert choose_threads(work, cores=cores, busy=busy) == want
+def test_choose_threads(work, cores, want, monkeypatch):
+    for busy in (0, 1, 9):  # the load does not enter: the same count, so the same rounding, in every process
+        monkeypatch.setattr(threads_module, "busy_cores", lambda: busy)
+        assert choose_threads(work, cores=cores) == want
+
+
+def test_a_busy_machine_is_named_with_the_count_that_may_run_faster(monkeypatch):
+    monkeypatch.setattr(threads_module, "_cores", lambda: 4)
+    monkeypatch.setattr(threads_module, "busy_cores", lambda: 3)
+    assert busy_note(4) == ("other work holds 3 of this machine's 4 cores: the run's 4 threads wait on each other "
+                            "for them; threads=1 may run faster here (threads='auto' does not follow the load, so "
+                            "that the same seed gives the same draws)")
+    assert busy_note(1) is None  # one thread waits on nobody
+    monkeypatch.setattr(threads_module, "busy_cores", lambda: 0)
+    assert busy_note(4) is None
 
 
 def _burn(stop, started) -> None:
@@ -42,8 +53,10 @@ def test_a_process_burning_a_core_is_seen_at_once(monkeypatch):
         while threads_module._measure_busy(0.1) < 0.5:
             pass
         assert busy_cores() >= 1
-        # so large work on this machine's cores leaves that one out
-        assert choose_threads(SMALL_WORK * 10) == max(1, threads_module._cores() - busy_cores())
+        # large work still takes every core (the draws do not depend on the load), and the run says why it may wait
+        assert choose_threads(SMALL_WORK * 10) == threads_module._cores()
+        if threads_module._cores() > 1:
+            assert "other work holds" in busy_note(threads_module._cores())
     finally:
         stop.set()
         burner.join()

@@ -9,10 +9,14 @@ split into chains and the compile time. Each returns :class:`~bnnzoo.results.Dra
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
+import warnings
 
 import torch
 
+from ...models import BNN, Gaussian, GaussianLikelihood
 from ...models.spec import Conv2d
 from ...results import Draws, split_mcmc
 from ..potential import BNNPotential, FlatPotential, initial_theta, make_potential
@@ -84,6 +88,44 @@ def check_memory(model, num_chains: int, num_data: int, engine: str = "chees", f
             f"more than {fraction:.0%} of the {available / gib:.1f} GiB available on {device}; use fewer chains")
 
 
+def _gradient_seconds(potential, chains: int, repeats: int = 3) -> float:
+    """Median seconds of one value-and-gradient of ``chains`` chains at the origin (no random numbers)."""
+    theta = torch.zeros(chains, potential.dim, **potential.placement)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        potential.value_and_grad(theta)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def slow_path_note(model, potential, chains: int) -> str | None:
+    """One line for a BNN whose gradient runs on autograd (:attr:`BNNPotential.slow_path`): which
+    part sends it there and what that costs, measured now: one gradient of ``chains`` chains, beside
+    the analytic gradient of the same layers under Gaussian priors and a fixed Gaussian noise where
+    those have one. None on the analytic path or for a model that is not a BNN."""
+    reason = getattr(potential, "slow_path", None)
+    if reason is None or not isinstance(potential, BNNPotential):
+        return None
+    devices = [potential.device] if potential.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):  # building the comparison draws a prototype: the run's draws stay
+        return _slow_path_line(model, potential, chains, reason)
+
+
+def _slow_path_line(model, potential, chains: int, reason: str) -> str:
+    slow = _gradient_seconds(potential, chains)
+    line = (f"the gradient runs on autograd (the slow path): {reason}; one gradient of {chains} chain(s) "
+            f"took {slow * 1e3:.3g} ms")
+    spec = model.spec
+    likelihood = spec.likelihood if not isinstance(spec.likelihood, GaussianLikelihood) else GaussianLikelihood(0.1)
+    surrogate = BNNPotential(BNN(dataclasses.replace(spec, prior=Gaussian(1.0), priors={}, likelihood=likelihood)),
+                             potential.x, potential.y)
+    if surrogate.analytic:
+        fast = _gradient_seconds(surrogate, chains)
+        line += f", about {slow / fast:.1f}x the analytic gradient of the same layers ({fast * 1e3:.3g} ms)"
+    return line
+
+
 def _record_compile_time(draws: Draws, potential: FlatPotential, policy: AutoCompile | None = None) -> Draws:
     if policy is not None:
         policy.finish()
@@ -99,7 +141,8 @@ def _auto_compile(kernel, potential: FlatPotential, warmup_steps: int, num_sampl
     """The ``compile="auto"`` policy of a run: decided :data:`~bnnzoo.inference.compilation.PROBE`
     iterations after the first mass-matrix window (ChEES sets its trajectory length there), or
     after the first ``PROBE + 1`` where the kernel has none. ``runs``: chains run one after another."""
-    schedule = getattr(kernel, "warmup_windows", mass_windows)  # the kernel's own windows where it has them
+    # the kernel's own windows where it has them (the HMC family's warm-up parts)
+    schedule = kernel.warmup_parts().windows if hasattr(kernel, "warmup_parts") else mass_windows
     windows = schedule(warmup_steps) if getattr(kernel.options, "adapt_mass_matrix", False) else []
     decide_at = (windows[0][1] if windows else 1) + PROBE
     multi_step = (getattr(kernel, "multi_step_graph", False)
@@ -132,6 +175,9 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
         options = {**options, "chain_method": chain_method}
     kernel = engine.kernel(potential=potential, **options)
     kernel.check_potential(potential)  # before any chain starts
+    slow = slow_path_note(model, potential, num_chains if vectorized else 1)
+    if slow is not None:
+        warnings.warn(f"{engine.name}: {slow}", stacklevel=2)
     policy = None
     if compile == "auto":
         policy = kernel.compile_policy = _auto_compile(kernel, potential, warmup_steps, num_samples,
@@ -146,6 +192,8 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)
     draws.notes.update(kernel.notes())
+    if slow is not None:
+        draws.notes["gradient"] = slow
     return _record_compile_time(draws, potential, policy)
 
 

@@ -24,7 +24,7 @@ from ..budget import check_budget_engine, fixed_cost, plan_samples, stage_grad_e
 from ..checkpoint import CHECKPOINT_SECONDS, Checkpoint, fingerprint
 from ..ensemble import START_KEYS, StartPlan, check_start, fit_members, initial_points, members_cost
 from ..potential import make_potential
-from ..threads import check_threads, choose_threads, using_threads, work_per_gradient
+from ..threads import busy_note, check_threads, choose_threads, using_threads, work_per_gradient
 from ..tuning import recommend_target_accept
 from .registry import ENGINES, Engine
 
@@ -283,6 +283,9 @@ def _run_engine(spec, engine, model, data, host, cast, tuning, options, num_samp
               flush=True)
     members, initial, member_seconds = None, None, 0.0
     with using_threads(threads, work_per_gradient(model, len(data.x_train), num_chains)) as used:
+        busy = busy_note(used) if threads == "auto" else None
+        if busy is not None and progress:
+            print(f"bnnzoo {engine}: {busy}", file=sys.stderr, flush=True)
         start = time.perf_counter()
         if store is not None:
             store.start_clock()
@@ -308,6 +311,8 @@ def _run_engine(spec, engine, model, data, host, cast, tuning, options, num_samp
         draws.notes.pop("warmup_grad_evals", None)  # now in grad_evals["warmup"]
     # into the InferenceData's attrs too
     draws.notes.update(tuning, threads=used, device=str(data.x_train.device), **cast)
+    if busy is not None:
+        draws.notes["threads_note"] = busy
     if draws.grad_evals:
         draws.notes["grad_evals"] = dict(draws.grad_evals)
     if store is not None:  # every segment of a resumed run counts

@@ -1,21 +1,92 @@
-"""Random-walk Metropolis: the baseline of paper 000."""
+"""Random-walk Metropolis, the baseline of paper 000, on the sampler core
+(:mod:`~bnnzoo.inference.kernels.transition`): a state, a step, and the scale's warm-up composed
+around them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 from ..adaptation import DualAveraging
-from .base import BaseOptions, FlatKernel, metropolis_accept
 from ..options import flag, fraction, option, positive
+from .base import BaseOptions, metropolis_accept
+from .transition import TransitionKernel
 
-__all__ = ["RWMHOptions", "RandomWalkMH", "random_walk_proposal"]
+__all__ = ["RWMHInfo", "RWMHOptions", "RWMHParams", "RWMHSampler", "RWMHState", "RandomWalkMH", "ScaleAdaptation",
+           "random_walk_proposal"]
+
+Tensor = torch.Tensor
 
 
-def random_walk_proposal(theta: torch.Tensor, scale: float) -> torch.Tensor:
+def random_walk_proposal(theta: Tensor, scale: float, generator: torch.Generator | None = None) -> Tensor:
     r"""Gaussian random-walk proposal :math:`\theta' = \theta + s\,\xi,\ \xi \sim N(0, I)`."""
-    return theta + scale * torch.randn_like(theta)
+    noise = torch.randn(theta.shape, generator=generator, dtype=theta.dtype, device=theta.device)
+    return theta + scale * noise
+
+
+class RWMHState(NamedTuple):
+    """Chains ``[C, ...]``: the position and its :math:`U` (no gradient: ``grad`` is None)."""
+
+    position: Tensor
+    value: Tensor
+    grad: Tensor | None = None
+
+
+class RWMHParams(NamedTuple):
+    """The proposal scale :math:`s`."""
+
+    scale: float
+
+
+class RWMHInfo(NamedTuple):
+    """One draw's statistics: the acceptance probability, ``diverging`` (a NaN energy) and the scale
+    (``step_size``)."""
+
+    acceptance_rate: Tensor
+    diverging: Tensor
+    step_size: float
+
+
+class RWMHSampler:
+    """The random-walk Metropolis transition on a flat potential ``U`` (``[C, D] -> [C]``)."""
+
+    def __init__(self, potential):
+        self.potential = potential
+
+    def init(self, position: Tensor) -> RWMHState:
+        with torch.no_grad():
+            return RWMHState(position, self.potential(position))
+
+    def step(self, state: RWMHState, params: RWMHParams,
+             generator: torch.Generator | None = None) -> tuple[RWMHState, RWMHInfo]:
+        proposal = random_walk_proposal(state.position, params.scale, generator)
+        with torch.no_grad():
+            value_new = self.potential(proposal)
+        accepted, prob, nan = metropolis_accept(state.value - value_new, generator)
+        position = torch.where(accepted.unsqueeze(-1), proposal, state.position)
+        value = torch.where(accepted, value_new, state.value)
+        return RWMHState(position, value), RWMHInfo(prob, nan, float(params.scale))
+
+
+class ScaleAdaptation:
+    """Dual averaging of the scale toward ``target`` of the chains' mean acceptance; at the last
+    warm-up step the scale freezes at the averaged iterate."""
+
+    def __init__(self, target: float):
+        self.target = target
+        self.adapter: DualAveraging | None = None
+        self.num_steps = 0
+
+    def start(self, sampler, state, params: RWMHParams, num_steps: int):
+        self.adapter, self.num_steps = DualAveraging(params.scale, self.target), num_steps
+        return state, params
+
+    def update(self, sampler, t: int, state, info: RWMHInfo, params: RWMHParams):
+        self.adapter.update(float(info.acceptance_rate.mean()))
+        last = t == self.num_steps - 1
+        return state, RWMHParams(self.adapter.final_step_size if last else self.adapter.step_size)
 
 
 @dataclass(frozen=True)
@@ -27,7 +98,7 @@ class RWMHOptions(BaseOptions):
     adapt_scale: bool = option(True, "adapt the scale by dual averaging during warm-up", flag)
 
 
-class RandomWalkMH(FlatKernel):
+class RandomWalkMH(TransitionKernel):
     r"""Random-walk Metropolis-Hastings on the unconstrained parameters.
 
     Proposal :math:`\theta' = \theta + s\,\xi`, accepted with probability
@@ -49,28 +120,14 @@ class RandomWalkMH(FlatKernel):
     Options = RWMHOptions
     stat_names = ("acceptance_rate", "diverging", "lp", "step_size")
 
-    def _reset(self) -> None:
-        super()._reset()
-        self.scale = self.options.scale
-        self._adapter = DualAveraging(self.options.scale, self.options.target_accept)
+    def build(self, theta: Tensor):
+        adaptation = ScaleAdaptation(self.options.target_accept) if self.options.adapt_scale else None
+        return RWMHSampler(self.potential), adaptation, RWMHParams(self.options.scale)
 
-    def transition(self, theta):
-        value = self.value(theta)
-        proposal = random_walk_proposal(theta, self.scale)
-        with torch.no_grad():
-            value_new = self.potential(proposal)
-        accepted, prob, nan = metropolis_accept(value - value_new)
-        theta_new = torch.where(accepted.unsqueeze(-1), proposal, theta)
-        value_out = torch.where(accepted, value_new, value)
-        self.remember(theta_new, value_out)
-        stats = {"acceptance_rate": prob, "diverging": nan, "lp": -value_out,
-                 "step_size": float(self.scale)}
-        self._adapt(float(prob.mean()))
-        return theta_new, stats
+    @property
+    def scale(self) -> float:
+        """The proposal scale now (the options' before the run)."""
+        return self.options.scale if self.params is None else self.params.scale
 
-    def _adapt(self, accept_prob: float) -> None:
-        if not (self.options.adapt_scale and self.in_warmup):
-            return
-        self._adapter.update(accept_prob)
-        last_warmup_step = self._t == self._warmup_steps - 1
-        self.scale = self._adapter.final_step_size if last_warmup_step else self._adapter.step_size
+    def tuned(self) -> dict:
+        return {"step_size": self.params.scale}

@@ -34,6 +34,18 @@ Tensor = torch.Tensor
 ACTIVATION_BACKWARD = {name: a.backward for name, a in ACTIVATION_TABLE.items() if a.analytic}
 
 
+def _is_exp(bijection) -> bool:
+    """True when ``bijection`` is ``v = exp(u)`` with ``log|dv/du| = u`` (torch's ``biject_to`` of a
+    positive support: an exp and an affine map by 0 and 1), checked at a few points in float64."""
+    u = torch.tensor([-1.3, 0.0, 0.7], dtype=torch.float64)
+    try:
+        v = bijection(u)
+        return bool(torch.equal(v, u.exp()) and torch.allclose(bijection.log_abs_det_jacobian(u, v), u,
+                                                                rtol=0, atol=1e-12))
+    except Exception:
+        return False
+
+
 def _activation(name):
     """The analytic path's activation ``name``: in place where it has an in-place form."""
     row = ACTIVATION_TABLE[name]
@@ -159,24 +171,16 @@ class AnalyticMixin:
     :meth:`_run_compiled` calls its compiled graphs."""
 
     def _analytic_plan(self):
-        """What the analytic path needs, or None when the model does not qualify:
-        Dense layers with an activation of :data:`ACTIVATION_BACKWARD`, every site
-        under an iid elementwise prior with an identity transform, and a Gaussian
-        (fixed noise), Bernoulli or Categorical likelihood."""
+        """What the analytic path needs, or None when the model does not qualify (then
+        :attr:`slow_path` says why, in a phrase): Dense layers with an activation of
+        :data:`ACTIVATION_BACKWARD`, every site under an iid elementwise prior with an identity
+        transform, and a likelihood with an analytic loss (a Gaussian, its noise fixed or a
+        learned variance, Bernoulli or Categorical)."""
+        self.slow_path = self._off_the_analytic_path()
+        if self.slow_path is not None:
+            return None
         spec, lik = self.model.spec, self.model.likelihood
-        if not self._segments or self._other_sites:
-            return None
-        if not all(isinstance(layer, Dense) and layer.activation in ACTIVATION_BACKWARD for layer in spec.layers):
-            return None
         analytic = lik.analytic(self.num_data)
-        if analytic is None:
-            return None
-        if self.y.dim() != 1 or self.x.shape[0] != self.y.shape[0]:
-            return None
-        expected = [f"layers.{i}.{p}" for i, layer in enumerate(spec.layers)
-                    for p in (("weight", "bias") if layer.bias else ("weight",))]
-        if self.names != expected:
-            return None
         self._x = self.x.reshape(self.num_data, -1)  # a Dense first layer flattens an image input
         self._target = analytic.target(self.y, spec.layers[-1].units, self.dtype)
         lik_const = analytic.constant
@@ -191,6 +195,7 @@ class AnalyticMixin:
             else:
                 self._prior_terms.append((start, end, prior, None))
         self._loss, self._graph_loss = analytic.loss, analytic.graph_loss
+        self._own_params = analytic.num_params
         self._shapes = [self.shapes[n] for n in self.names]
         self._flat_shape_cache: dict[int, list[tuple[int, ...]]] = {}
         self._layers = [(_activation(layer.activation), ACTIVATION_BACKWARD[layer.activation], layer.bias)
@@ -198,6 +203,35 @@ class AnalyticMixin:
         self._graph_layers = [(ACTIVATION_FUNCTIONS[layer.activation], _graph_backward(layer.activation), layer.bias)
                               for layer in spec.layers]
         return lik.kind
+
+    def _off_the_analytic_path(self) -> str | None:
+        """Why the model has no analytic gradient (the first reason found), or None."""
+        spec, lik = self.model.spec, self.model.likelihood
+        for i, layer in enumerate(spec.layers):
+            if not isinstance(layer, Dense):
+                return f"layer {i} is a {type(layer).__name__} (the analytic gradient covers Dense layers)"
+            if layer.activation not in ACTIVATION_BACKWARD:
+                return f"layer {i}'s activation {layer.activation!r} has no analytic derivative"
+        own = [site.name for site in lik.sites()]  # the likelihood's own sites (a learned noise)
+        for site in self._other_sites:
+            if site.name not in own:
+                prior = type(site.elementwise).__name__ if site.elementwise is not None else "a hierarchical prior"
+                return (f"site {site.name!r} ({prior}) is not under an iid elementwise prior on an "
+                        f"untransformed site")
+        if not self._segments:
+            return "no site is under an iid elementwise prior"
+        if not all(_is_exp(self._bijections[name]) for name in own):
+            return f"the likelihood's sites {own} are not positive variances on a log scale"
+        analytic = lik.analytic(self.num_data)
+        if analytic is None or analytic.num_params != sum(self.sizes[self.names.index(n)] for n in own):
+            return f"the {type(lik).__name__} likelihood has no analytic loss"
+        if self.y.dim() != 1 or self.x.shape[0] != self.y.shape[0]:
+            return f"targets of shape {tuple(self.y.shape)} (the analytic loss takes one target per row)"
+        expected = [f"layers.{i}.{p}" for i, layer in enumerate(spec.layers)
+                    for p in (("weight", "bias") if layer.bias else ("weight",))]
+        if self.names != expected + own:
+            return f"sites {self.names} are not the network's weights in order"
+        return None
 
     def _analytic_value_and_grad(self, theta: Tensor, x: Tensor, target: Tensor, scale: float,
                                  graph: bool = False):
@@ -215,8 +249,19 @@ class AnalyticMixin:
                   for act, back, bias in (self._graph_layers if graph else self._layers)]
         loss = self._graph_loss if graph else self._loss
         dense = _dense_feature_major if graph else _dense_batched
-        value, grads = dense(x, layers, lambda f: loss(f, target, scale))
-        grad = torch.cat([g.view(chains, -1) for g in grads], dim=-1)
+        own = self._own_params
+        if own:  # the likelihood's own parameters, the last coordinates: U and dU/du with the loss
+            u, own_grad = flat[:, -own:], []
+
+            def data_loss(f):
+                value, grad_f, grad_u = loss(f, target, scale, u)
+                own_grad.append(grad_u)
+                return value, grad_f
+        else:
+            def data_loss(f):
+                return loss(f, target, scale)
+        value, grads = dense(x, layers, data_loss)
+        grad = torch.cat([g.view(chains, -1) for g in grads] + (own_grad if own else []), dim=-1)
         for start, end, prior, precision in self._prior_terms:
             if precision is None or graph:  # through the prior's density (in a graph: as inductor fuses best)
                 w = flat[:, start:end]
