@@ -145,7 +145,7 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
                 **_progress(engine, progress, warmup_steps, num_samples, 1 if vectorized else num_chains))
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)
-    draws.notes.update({**potential.notes(), **kernel.notes()})
+    draws.notes.update(kernel.notes())
     return _record_compile_time(draws, potential, policy)
 
 
