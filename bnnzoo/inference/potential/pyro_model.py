@@ -264,6 +264,8 @@ class PyroPotential(FlatPotential):
         self.chain_batching: str | None = None if vectorize else "loop"
         self._batching_note = None if vectorize else "per-chain loop (vectorize=False)"
         self._layout_cache = None
+        #: batched calls whose trace raised after the batching was chosen, evaluated chain by chain instead
+        self.unbatched_calls = 0
         self.names = sorted(init)
         self.shapes = {n: tuple(init[n].shape) for n in self.names}
         self.transforms = {n: transforms.get(n, identity_transform) for n in self.names}
@@ -278,7 +280,7 @@ class PyroPotential(FlatPotential):
             try:
                 return self._batched_value(theta, self.chain_batching)
             except Exception:  # e.g. a value that a validating distribution refuses: chain by chain
-                pass
+                self.unbatched_calls += 1
         if theta.dim() == 1:
             if not bool(torch.isfinite(theta).all()):
                 return theta.new_full((), float("nan"))
@@ -296,7 +298,7 @@ class PyroPotential(FlatPotential):
             try:
                 return self._batched_value_and_grad(theta, self.chain_batching)
             except Exception:  # e.g. a value that a validating distribution refuses: chain by chain
-                pass
+                self.unbatched_calls += 1
         if theta.dim() > 1:
             return self._loop_value_and_grad(theta)
         nan = (theta.new_full((), float("nan")), torch.full_like(theta, float("nan")))
@@ -401,8 +403,14 @@ class PyroPotential(FlatPotential):
         warnings.warn(f"PyroPotential: {self._batching_note}", stacklevel=4)
 
     def notes(self) -> dict:
-        """``{"chain_batching": how [C, D] chains were evaluated (and why, for the loop)}`` once decided."""
-        return {"chain_batching": self._batching_note} if self._batching_note else {}
+        """``{"chain_batching": how [C, D] chains were evaluated (and why, for the loop)}`` once decided,
+        with the number of batched calls that went chain by chain because their trace raised."""
+        if not self._batching_note:
+            return {}
+        note = self._batching_note
+        if self.unbatched_calls:
+            note += f"; {self.unbatched_calls} call(s) chain by chain where the batched trace raised"
+        return {"chain_batching": note}
 
     # -------------------------------------------------------- minibatches
     def _free(self):
