@@ -329,7 +329,7 @@ class PyroPotential(FlatPotential):
         if self.chain_batching is None:
             with torch.enable_grad():  # the first call may come without gradients (initial points)
                 self._choose_batching(theta.detach())
-        return self.chain_batching != "loop"
+        return self.chain_batching not in (None, "loop")
 
     def _batched_value(self, theta: Tensor, batching: str) -> Tensor:
         """``[C]`` potential of ``theta`` ``[C, D]`` in one trace (differentiable); a non-finite
@@ -386,6 +386,9 @@ class PyroPotential(FlatPotential):
             why.append(f"its discrete site(s) {', '.join(map(repr, discrete))} are enumerated by Pyro")
         else:
             want_value, want_grad = self._loop_value_and_grad(theta)
+            if not bool(torch.isfinite(want_value).any()):  # nothing to compare with: decide at a later call
+                self.chain_batching = None
+                return
             for batching in BATCHINGS:
                 try:
                     value, grad = self._batched_value_and_grad(theta, batching)

@@ -10,6 +10,7 @@ import pyro
 import pyro.distributions as dist
 import pytest
 import torch
+from pyro import poutine
 
 from bnnzoo.inference import MCMC, ChEESHMC
 from bnnzoo.inference.potential import PyroPotential, initial_theta
@@ -53,6 +54,17 @@ def constrained(y):
     loc = shift * frac + (weights * torch.tensor([-1.0, 0.0, 1.0])).sum(-1)
     with pyro.plate("data", y.shape[0]):
         pyro.sample("obs", dist.Normal(loc.unsqueeze(-1), scale.unsqueeze(-1)), obs=y)
+
+
+def sites_of_every_kind(y):
+    """A deterministic site, a factor, a masked observation and nested plates."""
+    mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+    pyro.deterministic("twice", 2 * mu)
+    pyro.factor("penalty", -0.5 * mu**2)
+    with pyro.plate("groups", y.shape[0], dim=-2):
+        level = pyro.sample("level", dist.Normal(mu, 1.0))
+        with pyro.plate("rows", y.shape[1], dim=-1), poutine.mask(mask=torch.tensor([True, False, True])):
+            pyro.sample("obs", dist.Normal(level, 1.0), obs=y)
 
 
 def branching(y):
@@ -109,7 +121,8 @@ def _assert_batched_equals_loop(model, args, batching, rtol):
     (logistic_broadcasting, _logistic_data, "plate"),
     (logistic_matmul, _logistic_data, "vmap"),
     (constrained, lambda: (torch.tensor([0.3, -0.5, 1.2, 0.8]),), None),
-], ids=["eight_schools", "logistic_broadcasting", "logistic_matmul", "constrained"])
+    (sites_of_every_kind, lambda: (torch.tensor([[0.3, -0.5, 1.2], [0.8, 0.1, -0.7]]),), "plate"),
+], ids=["eight_schools", "logistic_broadcasting", "logistic_matmul", "constrained", "sites_of_every_kind"])
 def test_batched_value_and_gradient_equal_the_per_chain_loop(float64, model, data, batching):
     args = data()  # made in float64
     if batching is None:  # whichever batching fits first: the constrained model must batch one way
