@@ -213,3 +213,19 @@ def test_an_mcmc_run_records_how_its_chains_were_batched(float64):
     mcmc.run(SIGMA.double(), Y.double())
     assert mcmc.kernel.potential.chain_batching == "plate"
     assert to_inference_data(mcmc).posterior.attrs["chain_batching"].startswith("4 chains in one trace")
+
+
+def test_chees_on_eight_schools_draws_what_the_per_chain_loop_draws(float64):
+    """The chain plate computes eight schools' potential with the loop's numbers, so a run at a
+    fixed seed draws the same values bit for bit on either."""
+    args = (SIGMA.double(), Y.double())
+    draws = []
+    for vectorize in (True, False):
+        pyro.set_rng_seed(3)
+        kernel = ChEESHMC(potential=PyroPotential(eight_schools, args, vectorize=vectorize))
+        mcmc = MCMC(kernel, num_samples=10, warmup_steps=20, num_chains=4, chain_method="vectorized",
+                    disable_progbar=True)
+        mcmc.run(*args)
+        assert kernel.potential.chain_batching == ("plate" if vectorize else "loop")
+        draws.append(mcmc.get_samples(group_by_chain=True))
+    assert all(torch.equal(draws[0][name], draws[1][name]) for name in draws[1])
