@@ -23,7 +23,7 @@ from torch.distributions.transforms import identity_transform
 
 from ...models.l1 import laplace_l1_weight
 from .base import FlatPotential, is_identity
-from .vectorized import BATCHINGS, NotVectorizable, disagreement, plate_layout, plate_log_joint, vmap_log_joint
+from .vectorized import BATCHINGS, disagreement, plate_layout, plate_log_joint, vmap_log_joint
 
 Tensor = torch.Tensor
 
