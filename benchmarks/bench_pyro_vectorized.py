@@ -10,8 +10,8 @@ allows it, and one trace per chain otherwise. This script measures, one torch th
   regression on scikit-learn's breast-cancer data (569 rows, 30 standardised features, D = 31)
   written twice: with Pyro's broadcasting (``(x * w).sum(-1)``: the chain plate) and with
   ``x @ w`` (one chain's shapes: vmap).
-* ``sampling`` (unless ``--skip-sampling``): eight schools end to end, ``--seeds`` seeds
-  interleaved: bnnzoo's default engine (ChEES, 8 vectorized chains x ``--draws / 8`` after
+* ``sampling`` (unless ``--skip-sampling``): eight schools and the logistic regression (broadcasting;
+  NumPyro's twin writes ``x @ w``) end to end, ``--seeds`` seeds interleaved: bnnzoo's default engine (ChEES, 8 vectorized chains x ``--draws / 8`` after
   ``--warmup``, under ``bnnzoo.inference.MCMC``) against NumPyro's NUTS (its defaults, 2 chains x
   ``--draws / 2`` after ``--warmup``, run in turn, its JIT compile inside the timed run: the
   ``bench`` extra). ESS is the smallest bulk ESS of lp and of every latent coordinate (ArviZ);
@@ -133,78 +133,101 @@ def coordinates(samples: dict) -> list[np.ndarray]:
     return out
 
 
-def bnnzoo_chees(seed: int, draws: int, warmup: int, vectorize: bool = True) -> dict:
-    sigma, y = schools_data()
+#: the models run end to end: (Pyro model, its data, its NumPyro twin's name)
+SAMPLED = {"eight schools": (eight_schools, schools_data, "schools"),
+           "logistic regression": (logistic_broadcasting, breast_cancer, "logistic")}
+
+
+def bnnzoo_chees(model_name: str, seed: int, draws: int, warmup: int, vectorize: bool = True) -> dict:
+    model, data, _ = SAMPLED[model_name]
+    args = data()
     pyro.set_rng_seed(seed)
     start = time.perf_counter()
-    kernel = ChEESHMC(eight_schools) if vectorize else ChEESHMC(
-        potential=PyroPotential(eight_schools, (sigma, y), vectorize=False))
+    kernel = ChEESHMC(model) if vectorize else ChEESHMC(potential=PyroPotential(model, args, vectorize=False))
     mcmc = MCMC(kernel, num_samples=draws // 8, warmup_steps=warmup, num_chains=8, chain_method="vectorized",
                 disable_progbar=True)
-    mcmc.run(sigma, y)
+    mcmc.run(*args)
     wall = time.perf_counter() - start
     stats = mcmc.sample_stats()
     samples = {k: v.numpy() for k, v in mcmc.get_samples(group_by_chain=True).items()}
     label = "bnnzoo chees, 8 chains" + ("" if vectorize else " (per-chain loop)")
-    return score(label, seed, wall, np.asarray(stats["lp"]), coordinates(samples),
-                 {"batching": mcmc.kernel.potential.chain_batching,
-                  "grads_per_draw": float(np.mean(stats["n_steps"])) if "n_steps" in stats else None, **load()})
+    return {"model": model_name, **score(label, seed, wall, np.asarray(stats["lp"]), coordinates(samples),
+            {"batching": mcmc.kernel.potential.chain_batching,
+             "grads_per_draw": float(np.mean(stats["n_steps"])) if "n_steps" in stats else None, **load()})}
 
 
-def numpyro_schools():
+def numpyro_model(name: str):
     import numpyro
     import numpyro.distributions as ndist
 
-    def model(sigma, y=None):
+    def schools(sigma, y=None):
         mu = numpyro.sample("mu", ndist.Normal(0.0, 5.0))
         tau = numpyro.sample("tau", ndist.HalfCauchy(5.0))
         with numpyro.plate("schools", sigma.shape[0]):
             theta_tilde = numpyro.sample("theta_tilde", ndist.Normal(0.0, 1.0))
             numpyro.sample("obs", ndist.Normal(mu + tau * theta_tilde, sigma), obs=y)
 
-    return model
+    def logistic(x, y=None):
+        w = numpyro.sample("w", ndist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+        b = numpyro.sample("b", ndist.Normal(0.0, 1.0))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("obs", ndist.Bernoulli(logits=x @ w + b), obs=y)
+
+    return {"schools": schools, "logistic": logistic}[name]
 
 
-def numpyro_nuts(seed: int, draws: int, warmup: int) -> dict:
+def numpyro_nuts(model_name: str, seed: int, draws: int, warmup: int) -> dict:
     import jax
     import jax.numpy as jnp
     from numpyro.infer import MCMC as NumPyroMCMC, NUTS
 
-    sigma, y = jnp.asarray(SIGMA), jnp.asarray(Y)
+    _, data, twin = SAMPLED[model_name]
+    args = [jnp.asarray(a.numpy()) for a in data()]
     start = time.perf_counter()
-    mcmc = NumPyroMCMC(NUTS(numpyro_schools()), num_warmup=warmup, num_samples=draws // 2, num_chains=2,
+    mcmc = NumPyroMCMC(NUTS(numpyro_model(twin)), num_warmup=warmup, num_samples=draws // 2, num_chains=2,
                        chain_method="sequential", progress_bar=False)
-    mcmc.run(jax.random.PRNGKey(seed), sigma, y, extra_fields=("potential_energy", "num_steps"))
+    mcmc.run(jax.random.PRNGKey(seed), *args, extra_fields=("potential_energy", "num_steps"))
     samples = mcmc.get_samples(group_by_chain=True)
     jax.block_until_ready(samples)
     wall = time.perf_counter() - start
     extra = mcmc.get_extra_fields(group_by_chain=True)
     # NumPyro's potential is the unconstrained one, as bnnzoo's lp is (both include the log |det J|)
     lp = -np.asarray(extra["potential_energy"], dtype=np.float64)
-    return score("numpyro NUTS, 2 chains", seed, wall, lp, coordinates({k: np.asarray(v) for k, v in samples.items()}),
-                 {"batching": None, "grads_per_draw": float(np.mean(extra["num_steps"])), **load()})
+    samples = {k: np.asarray(v) for k, v in samples.items()}
+    return {"model": model_name, **score("numpyro NUTS, 2 chains", seed, wall, lp, coordinates(samples),
+            {"batching": None, "grads_per_draw": float(np.mean(extra["num_steps"])), **load()})}
 
 
-def measure_sampling(seeds: int, draws: int, warmup: int, with_loop: bool) -> list[dict]:
+def measure_sampling(models: list[str], seeds: int, draws: int, warmup: int, with_loop: bool) -> list[dict]:
     rows = []
-    plan = [lambda s: bnnzoo_chees(s, draws, warmup)]
-    if npm.AVAILABLE:
-        plan.append(lambda s: numpyro_nuts(s, draws, warmup))
-    for seed in range(seeds):
-        for run_one in plan if seed % 2 == 0 else plan[::-1]:  # interleaved: both see the same load
-            rows.append(run_one(seed))
-            print({k: rows[-1][k] for k in ("engine", "seed", "wall_s", "ess_min", "rhat_max", "ess_per_s")}, flush=True)
-    if with_loop:
-        rows.append(bnnzoo_chees(0, draws, warmup, vectorize=False))
-        print(rows[-1], flush=True)
+    for name in models:
+        plan = [lambda s: bnnzoo_chees(name, s, draws, warmup)]
+        if npm.AVAILABLE:
+            plan.append(lambda s: numpyro_nuts(name, s, draws, warmup))
+        for seed in range(seeds):
+            for run_one in plan if seed % 2 == 0 else plan[::-1]:  # interleaved: both see the same load
+                rows.append(run_one(seed))
+                print({k: rows[-1][k] for k in ("model", "engine", "seed", "wall_s", "ess_min", "rhat_max",
+                                                "ess_per_s")}, flush=True)
+        if with_loop:
+            rows.append(bnnzoo_chees(name, 0, draws, warmup, vectorize=False))
+            print(rows[-1], flush=True)
     return rows
 
 
 def summarise(rows: list[dict]) -> list[dict]:
     out = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        out += _summarise_model(model, [r for r in rows if r["model"] == model])
+    return out
+
+
+def _summarise_model(model: str, rows: list[dict]) -> list[dict]:
+    out = []
     for engine in dict.fromkeys(r["engine"] for r in rows):
         mine = [r for r in rows if r["engine"] == engine]
-        out.append({"engine": engine, "seeds": len(mine), "converged": sum(r["converged"] for r in mine),
+        out.append({"model": model, "engine": engine, "seeds": len(mine),
+                    "converged": sum(r["converged"] for r in mine),
                     "wall_s": statistics.median(r["wall_s"] for r in mine),
                     "ess_min": statistics.median(r["ess_min"] for r in mine),
                     "rhat_max": max(r["rhat_max"] for r in mine),
@@ -224,6 +247,8 @@ def main(argv=None) -> None:
     parser.add_argument("--draws", type=int, default=1000, help="draws in total over the chains")
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--skip-sampling", action="store_true")
+    parser.add_argument("--models", nargs="+", default=list(SAMPLED), choices=list(SAMPLED),
+                        help="the models run end to end")
     parser.add_argument("--with-loop", action="store_true", help="also ChEES on the per-chain loop (one seed)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -235,18 +260,19 @@ def main(argv=None) -> None:
                                                      "speedup", "load_1min_before", "load_1min_after"]))
     write_results("pyro_vectorized", payload, table)  # the potential's part is on disk before sampling starts
     if not args.skip_sampling:
-        payload["sampling"] = measure_sampling(args.seeds, args.draws, args.warmup, args.with_loop)
+        payload["sampling"] = measure_sampling(args.models, args.seeds, args.draws, args.warmup, args.with_loop)
         payload["sampling_summary"] = summarise(payload["sampling"])
-        table += ("\n\nEight schools (non-centred), end to end: bnnzoo's default engine (ChEES, 8 vectorized "
+        table += (f"\n\n{', '.join(args.models).capitalize()}, end to end: bnnzoo's default engine (ChEES, 8 vectorized "
                   f"chains x {args.draws // 8}) against NumPyro's NUTS (2 chains x {args.draws // 2}, JIT "
                   f"included), {args.warmup} warm-up iterations each, seeds interleaved; medians over seeds; "
                   "ESS: the smallest bulk ESS of lp and every latent coordinate; ESS/s 0 unless R-hat <= 1.1 "
                   "and ESS >= 100.\n\n"
-                  + markdown_table(payload["sampling_summary"], ["engine", "seeds", "converged", "wall_s", "ess_min",
+                  + markdown_table(payload["sampling_summary"], ["model", "engine", "seeds", "converged", "wall_s",
+                                                                 "ess_min",
                                                                  "rhat_max", "ess_per_s", "vs_numpyro",
                                                                  "grads_per_draw"])
                   + "\n\nEach run (1-minute load average after it):\n\n"
-                  + markdown_table(payload["sampling"], ["engine", "seed", "wall_s", "ess_min", "rhat_max",
+                  + markdown_table(payload["sampling"], ["model", "engine", "seed", "wall_s", "ess_min", "rhat_max",
                                                          "converged", "ess_per_s", "batching", "load_1min"]))
         write_results("pyro_vectorized", payload, table)
     print(table)

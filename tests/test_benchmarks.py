@@ -54,11 +54,12 @@ def test_bench_pyro_vectorized_times_both_paths_and_scores_a_run(monkeypatch):
         name=name, payload=payload, table=table) or (Path("x.json"), Path("x.md")))
     monkeypatch.setattr(bench, "time_call", lambda fn, **kw: (fn(), 1e-3)[1])
     monkeypatch.setattr(bench.npm, "AVAILABLE", False)
-    bench.main(["--rounds", "1", "--seeds", "1", "--draws", "64", "--warmup", "10"])
+    bench.main(["--rounds", "1", "--seeds", "1", "--draws", "64", "--warmup", "10", "--models", "eight schools"])
     payload = written["payload"]
     assert written["name"] == "pyro_vectorized"
     assert [r["batching"] for r in payload["potential"]] == ["plate", "plate", "vmap"]
     assert all(r["loop_ms"] > 0 and r["batched_ms"] > 0 for r in payload["potential"])
     (row,) = payload["sampling"]
-    assert row["engine"] == "bnnzoo chees, 8 chains" and row["batching"] == "plate" and row["draws"] == 64
+    assert row["model"] == "eight schools" and row["engine"] == "bnnzoo chees, 8 chains"
+    assert row["batching"] == "plate" and row["draws"] == 64
     assert row["wall_s"] > 0 and row["ess_min"] > 0 and row["rhat_max"] > 0
