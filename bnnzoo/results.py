@@ -305,6 +305,14 @@ def failure_notes(failure: dict[str, np.ndarray] | None) -> dict[str, Any]:
     return {"failed": failed, "failed_at": at}
 
 
+def _kernel_notes(mcmc) -> dict:
+    """The notes of the potential of an MCMC's kernel where it has one (bnnzoo's kernels, set up in
+    this process), e.g. how a Pyro model's chains were batched."""
+    potential = getattr(getattr(mcmc, "kernel", None), "potential", None)
+    notes = getattr(potential, "notes", None)
+    return dict(notes()) if callable(notes) else {}
+
+
 def split_mcmc(mcmc) -> Draws:
     """:class:`Draws` of a finished ``pyro.infer.MCMC`` or ``bnnzoo.inference.MCMC``.
 
@@ -316,7 +324,7 @@ def split_mcmc(mcmc) -> Draws:
     if hasattr(mcmc, "sample_stats"):
         return Draws(grouped, mcmc.sample_stats(), mcmc.sample_stats(warmup=True),
                      inclusion_prob=mcmc.final_state("inclusion_prob"), pruning_mask=mcmc.final_state("pruning_mask"),
-                     notes=failure_notes(mcmc.final_state("failure")))
+                     notes={**_kernel_notes(mcmc), **failure_notes(mcmc.final_state("failure"))})
     diagnostics = _kernel_diagnostics(mcmc)
     vectorized = int(diagnostics[0].get("num_chains", 1)) if diagnostics else 1
     num_draws = next(iter(grouped.values())).shape[1]
@@ -331,4 +339,4 @@ def split_mcmc(mcmc) -> Draws:
         warm = _stack_stats(warm_rows, lambda d: len(next(iter(d["sample_stats"].values()))), vectorized)
     return Draws(grouped, stats, warm, inclusion_prob=_final_state(diagnostics, "inclusion_prob"),
                  pruning_mask=_final_state(diagnostics, "pruning_mask"),
-                 notes=failure_notes(_final_state(diagnostics, "failure")))
+                 notes={**_kernel_notes(mcmc), **failure_notes(_final_state(diagnostics, "failure"))})

@@ -41,3 +41,25 @@ def test_bench_cuda_graphs_compares_two_checkouts_in_alternating_processes(monke
         assert set(r) == {"model", "chains", "old eager_us", "new eager_us", "eager new/old"}
         assert all(0 < r[k] < float("inf") for k in ("old eager_us", "new eager_us", "eager new/old"))
     assert [len(v) for v in written["payload"]["runs"].values()] == [1, 1]
+
+
+def test_bench_pyro_vectorized_times_both_paths_and_scores_a_run(monkeypatch):
+    """``bench_pyro_vectorized`` at its smallest (one round, one seed, NumPyro left out): a row per
+    model with the batching the model allows and positive times, and a scored ChEES run on the
+    chain plate."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    bench = importlib.import_module("bench_pyro_vectorized")
+    written = {}
+    monkeypatch.setattr(bench, "write_results", lambda name, payload, table: written.update(
+        name=name, payload=payload, table=table) or (Path("x.json"), Path("x.md")))
+    monkeypatch.setattr(bench, "time_call", lambda fn, **kw: (fn(), 1e-3)[1])
+    monkeypatch.setattr(bench.npm, "AVAILABLE", False)
+    bench.main(["--rounds", "1", "--seeds", "1", "--draws", "64", "--warmup", "10", "--models", "eight schools"])
+    payload = written["payload"]
+    assert written["name"] == "pyro_vectorized"
+    assert [r["batching"] for r in payload["potential"]] == ["plate", "plate", "vmap"]
+    assert all(r["loop_ms"] > 0 and r["batched_ms"] > 0 for r in payload["potential"])
+    (row,) = payload["sampling"]
+    assert row["model"] == "eight schools" and row["engine"] == "bnnzoo chees, 8 chains"
+    assert row["batching"] == "plate" and row["draws"] == 64
+    assert row["wall_s"] > 0 and row["ess_min"] > 0 and row["rhat_max"] > 0

@@ -187,8 +187,10 @@ class FlatKernel(MCMCKernel):
         """Clear errors, before any sampling, for what this kernel cannot do on ``potential``."""
 
     def notes(self) -> dict:
-        """Facts about this kernel's draws for the InferenceData attributes (e.g. what ``lp`` is)."""
-        return {}
+        """Facts about this kernel's draws for the InferenceData attributes (e.g. what ``lp`` is); the
+        base gives its potential's (e.g. a Pyro model's ``chain_batching``)."""
+        notes = getattr(getattr(self, "potential", None), "notes", None)
+        return dict(notes()) if notes is not None else {}
 
     # ---------------------------------------------------------------- layout
     def flatten(self, params: Mapping[str, Tensor]) -> Tensor:

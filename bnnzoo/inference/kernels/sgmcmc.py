@@ -338,7 +338,8 @@ class SGMCMCKernel(FlatKernel):
 
     def notes(self) -> dict:
         full_data = self.batch_size is None or self.batch_size == getattr(self.potential, "num_data", None)
-        notes = {"lp_estimate": LP_FULL_DATA if full_data else LP_NOTE, "iterations_per_draw": self.thin}
+        notes = {**super().notes(), "lp_estimate": LP_FULL_DATA if full_data else LP_NOTE,
+                 "iterations_per_draw": self.thin}
         if self.auto_values:  # what each "auto" option was set to (and the curvature the step came from)
             notes["auto_options"] = dict(self.auto_values)
         inflation = self.inflation()

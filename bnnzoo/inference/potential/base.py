@@ -89,6 +89,10 @@ class FlatPotential:
         """Pyro's ``potential_fn`` contract: dict of unconstrained values -> scalar."""
         return self(self.flatten(params))
 
+    def notes(self) -> dict:
+        """Facts about how this potential computed, for ``Run.notes`` (none by default)."""
+        return {}
+
     def __call__(self, theta: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 

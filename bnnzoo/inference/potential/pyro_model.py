@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator
 
@@ -22,6 +23,7 @@ from torch.distributions.transforms import identity_transform
 
 from ...models.l1 import laplace_l1_weight
 from .base import FlatPotential, is_identity
+from .vectorized import BATCHINGS, disagreement, plate_layout, plate_log_joint, vmap_log_joint
 
 Tensor = torch.Tensor
 
@@ -33,6 +35,12 @@ _OUT_OF_SUPPORT = ("invalid values", "within the support", "Expected parameter")
 def _out_of_support(err: ValueError) -> bool:
     text = f"{err} {err.__cause__ or ''}"
     return any(marker in text for marker in _OUT_OF_SUPPORT)
+
+
+def _first_sentence(err: Exception) -> str:
+    """The first sentence of an exception's message (a notice stays one line)."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return text.split(". ")[0].rstrip(".")
 
 
 # ------------------------------------------------------------ subsample plates
@@ -199,7 +207,20 @@ def explained_initialization(model: Callable, args=(), kwargs=None) -> Iterator[
 class PyroPotential(FlatPotential):
     """Pyro's own potential of an arbitrary model, on the flat layout.
 
-    Slow (one Pyro trace per chain and call) but exact for any model. At a point
+    **Chains in one trace.** ``theta`` ``[C, D]`` (C > 1) is evaluated in one trace of the model
+    for all chains where the model allows it (:mod:`.vectorized`): first with a chain plate outside
+    the model's plates (Pyro's ``vectorize_particles`` idiom), else with ``torch.func.vmap`` over
+    the chains. Which one is decided once, at the first ``[C, D]`` call (the initial points): a
+    batching is used only if it gives the per-chain loop's value and gradient there (within
+    ``sqrt(eps)``); a model that no batching fits (shapes that do not broadcast, data-dependent
+    control flow, discrete sites that Pyro enumerates) keeps the per-chain loop, with a one-line
+    warning saying why. :attr:`chain_batching` is the choice (``"plate"``, ``"vmap"``, ``"loop"``;
+    None before the first call) and :meth:`notes` its note for ``Run.notes["chain_batching"]``;
+    ``vectorize=False`` keeps the loop. A later call whose batched trace raises (say, a value a
+    distribution with argument validation refuses) is evaluated chain by chain.
+
+    One chain (``[D]`` or ``[1, D]``), :meth:`potential_fn` and Pyro's own kernels use Pyro's
+    potential (one trace per chain). At a point
     where it is not defined (a non-finite coordinate, or a value that a
     distribution built with argument validation refuses: priors made before
     ``MCMC.run`` keep the validation setting of their construction) the potential
@@ -223,7 +244,7 @@ class PyroPotential(FlatPotential):
     them (:meth:`check_minibatch`).
     """
 
-    def __init__(self, model: Callable, args=(), kwargs=None):
+    def __init__(self, model: Callable, args=(), kwargs=None, vectorize: bool = True):
         self._model, self._args, self._kwargs = model, tuple(args), dict(kwargs or {})
         data = [a for a in (*self._args, *self._kwargs.values()) if torch.is_tensor(a)]
         self.device = data[0].device if data else None  # the data's; without data, torch's default
@@ -238,6 +259,13 @@ class PyroPotential(FlatPotential):
         if not init:
             raise ValueError(no_continuous_latent(model, self._args, self._kwargs))
         self._fn = fn
+        self._transform_order = [n for n in transforms if n in init]  # Pyro's order of the Jacobian terms
+        #: how ``[C, D]`` chains are evaluated: "plate", "vmap" or "loop" (None: not decided yet)
+        self.chain_batching: str | None = None if vectorize else "loop"
+        self._batching_note = None if vectorize else "per-chain loop (vectorize=False)"
+        self._layout_cache = None
+        #: batched calls whose trace raised after the batching was chosen, evaluated chain by chain instead
+        self.unbatched_calls = 0
         self.names = sorted(init)
         self.shapes = {n: tuple(init[n].shape) for n in self.names}
         self.transforms = {n: transforms.get(n, identity_transform) for n in self.names}
@@ -248,6 +276,11 @@ class PyroPotential(FlatPotential):
         self._layout()
 
     def __call__(self, theta: Tensor) -> Tensor:
+        if theta.dim() > 1 and self._batched(theta):
+            try:
+                return self._batched_value(theta, self.chain_batching)
+            except Exception:  # e.g. a value that a validating distribution refuses: chain by chain
+                self.unbatched_calls += 1
         if theta.dim() == 1:
             if not bool(torch.isfinite(theta).all()):
                 return theta.new_full((), float("nan"))
@@ -261,9 +294,13 @@ class PyroPotential(FlatPotential):
         return torch.stack([self(t) for t in theta])
 
     def value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        if theta.dim() > 1 and self._batched(theta):
+            try:
+                return self._batched_value_and_grad(theta, self.chain_batching)
+            except Exception:  # e.g. a value that a validating distribution refuses: chain by chain
+                self.unbatched_calls += 1
         if theta.dim() > 1:
-            values, grads = zip(*(self.value_and_grad(t) for t in theta))
-            return torch.stack(values), torch.stack(grads)
+            return self._loop_value_and_grad(theta)
         nan = (theta.new_full((), float("nan")), torch.full_like(theta, float("nan")))
         if not bool(torch.isfinite(theta).all()):
             return nan
@@ -279,6 +316,104 @@ class PyroPotential(FlatPotential):
     def potential_fn(self, params):
         with self._free():
             return self._fn(params)
+
+    # -------------------------------------------------------- chains in one trace
+    def _loop_value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        values, grads = zip(*(self.value_and_grad(t) for t in theta))
+        return torch.stack(values), torch.stack(grads)
+
+    def _batched(self, theta: Tensor) -> bool:
+        """Whether ``theta`` ``[C, D]`` goes through one batched trace (deciding how at the first call)."""
+        if theta.shape[0] < 2:
+            return False
+        if self.chain_batching is None:
+            with torch.enable_grad():  # the first call may come without gradients (initial points)
+                self._choose_batching(theta.detach())
+        return self.chain_batching not in (None, "loop")
+
+    def _batched_value(self, theta: Tensor, batching: str) -> Tensor:
+        """``[C]`` potential of ``theta`` ``[C, D]`` in one trace (differentiable); a non-finite
+        row of ``theta`` gives NaN (and touches no other chain)."""
+        finite = torch.isfinite(theta).all(-1)
+        safe = torch.where(finite[:, None], theta, torch.zeros((), dtype=theta.dtype, device=theta.device))
+        unconstrained = self.unflatten(safe)
+        values = {n: self.transforms[n].inv(u) for n, u in unconstrained.items()}
+        with self._free():
+            if batching == "plate":
+                log_joint = plate_log_joint(self._full_model, self._args, self._kwargs, values,
+                                            self._plate_layout(), self.shapes)
+            else:
+                log_joint = vmap_log_joint(self._full_model, self._args, self._kwargs, values)
+        chains = theta.shape[0]
+        for name in self._transform_order:  # Pyro's potential: log joint minus each log |det J|, in its order
+            log_det = self.transforms[name].log_abs_det_jacobian(values[name], unconstrained[name])
+            log_joint = log_joint - log_det.reshape(chains, -1).sum(-1)
+        return torch.where(finite, -log_joint, torch.full_like(log_joint, float("nan")))
+
+    def _batched_value_and_grad(self, theta: Tensor, batching: str) -> tuple[Tensor, Tensor]:
+        theta = theta.detach().requires_grad_(True)
+        with torch.enable_grad():
+            value = self._batched_value(theta, batching)
+            (grad,) = torch.autograd.grad(value.sum(), theta)
+        nan = ~torch.isfinite(value)
+        grad = torch.where(nan[:, None], torch.full_like(grad, float("nan")), grad) if nan.any() else grad
+        return value.detach(), grad
+
+    def _plate_layout(self) -> tuple[int, dict[str, int]]:
+        if self._layout_cache is None:
+            values = {n: self.transforms[n].inv(u) for n, u in self.initial.items()}
+            with self._free(), pyro.validation_enabled(False), torch.no_grad():
+                self._layout_cache = plate_layout(self._full_model, self._args, self._kwargs, values)
+        return self._layout_cache
+
+    def _enumerated_sites(self) -> list[str]:
+        """The latent sites Pyro's potential enumerates (discrete): not in the flat layout."""
+        values = {n: self.transforms[n].inv(u) for n, u in self.initial.items()}
+        with self._free(), pyro.validation_enabled(False), torch.no_grad(), torch.random.fork_rng(devices=[]):
+            trace = poutine.trace(poutine.condition(self._full_model, data=values)).get_trace(
+                *self._args, **self._kwargs)
+        return [name for name, site in trace.nodes.items() if site["type"] == "sample" and not site["is_observed"]
+                and not isinstance(site["fn"], _Subsample)]
+
+    def _choose_batching(self, theta: Tensor) -> None:
+        """Set :attr:`chain_batching`: the first of :data:`~.vectorized.BATCHINGS` whose value and
+        gradient at ``theta`` ``[C, D]`` are the per-chain loop's, else ``"loop"`` with a warning."""
+        chains = theta.shape[0]
+        self.chain_batching = "loop"  # while deciding (and for good if nothing fits)
+        why = []
+        discrete = self._enumerated_sites()
+        if discrete:
+            why.append(f"its discrete site(s) {', '.join(map(repr, discrete))} are enumerated by Pyro")
+        else:
+            want_value, want_grad = self._loop_value_and_grad(theta)
+            if not bool(torch.isfinite(want_value).any()):  # nothing to compare with: decide at a later call
+                self.chain_batching = None
+                return
+            for batching in BATCHINGS:
+                try:
+                    value, grad = self._batched_value_and_grad(theta, batching)
+                    problem = disagreement(value, grad, want_value, want_grad)
+                except Exception as err:  # any failure of the batched trace: this batching does not fit
+                    problem = f"{type(err).__name__}: {_first_sentence(err)}"
+                if problem is None:
+                    self.chain_batching = batching
+                    how = "a chain plate outside the model's plates" if batching == "plate" else "torch.func.vmap"
+                    self._batching_note = (f"{chains} chains in one trace ({how}; checked against the per-chain "
+                                           "loop at the first points)")
+                    return
+                why.append(f"{batching}: {problem}")
+        self._batching_note = f"per-chain loop: the model cannot be vectorized over chains ({'; '.join(why)})"
+        warnings.warn(f"PyroPotential: {self._batching_note}", stacklevel=4)
+
+    def notes(self) -> dict:
+        """``{"chain_batching": how [C, D] chains were evaluated (and why, for the loop)}`` once decided,
+        with the number of batched calls that went chain by chain because their trace raised."""
+        if not self._batching_note:
+            return {}
+        note = self._batching_note
+        if self.unbatched_calls:
+            note += f"; {self.unbatched_calls} call(s) chain by chain where the batched trace raised"
+        return {"chain_batching": note}
 
     # -------------------------------------------------------- minibatches
     def _free(self):
@@ -336,6 +471,9 @@ class PyroPotential(FlatPotential):
             if rows.shape[:-1] != theta.shape[:-1]:
                 raise ValueError(f"rows {tuple(rows.shape)} do not match theta {tuple(theta.shape)}: "
                                  "give [B] or one row set per chain [C, B]")
+            if bool((rows == rows[:1]).all()):  # the same rows for every chain: one batched call
+                with self._conditioned_on(rows[0]):
+                    return self.value_and_grad(theta)
             values, grads = zip(*(self.minibatch_value_and_grad(t, r) for t, r in zip(theta, rows)))
             return torch.stack(values), torch.stack(grads)
         if rows.dim() != 1:
