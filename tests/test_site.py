@@ -58,7 +58,7 @@ STATE = """(async () => {
     h1: (main.querySelector("h1") || {}).textContent || "",
     text: main.innerText.length,
     images: [...main.querySelectorAll("img")].map(i => ({
-      src: i.getAttribute("src"), complete: i.complete, width: i.naturalWidth, height: i.naturalHeight,
+      src: i.getAttribute("src"), url: i.src, complete: i.complete, width: i.naturalWidth, height: i.naturalHeight,
       box: (r => [r.x + window.scrollX, r.y + window.scrollY, r.width, r.height])(i.getBoundingClientRect())})),
     math: main.querySelectorAll(".arithmatex").length,
     typeset: main.querySelectorAll(".arithmatex mjx-container").length,
@@ -82,7 +82,7 @@ def test_page_renders_with_its_figures(browser, page):
     assert not broken, f"{page}: images that did not load: {broken}"
     scripts, formulas = PAGES[page]
     wanted = [f"papers/figures/{script}/{name}" for script in scripts for name in _kept(script)]
-    shown = [i["src"] for i in state["images"]]
+    shown = [i["url"] for i in state["images"]]  # resolved: file:///.../site/papers/figures/...
     for figure in wanted:
         assert any(src.endswith(figure) for src in shown), f"{page}: {figure} not shown (images: {shown})"
     assert state["math"] > 0 or not formulas, f"{page}: no formula found"
