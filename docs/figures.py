@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 FIGURES = ROOT / "docs" / "papers" / "figures"
-#: widest figure kept, in pixels (the scripts save at 110 dpi, at most 1430 pixels wide; wider figures are scaled down)
-MAX_WIDTH = 1600
+#: widest figure kept, in pixels (the scripts save at 110 dpi, at most 1650 pixels wide; wider figures are scaled down)
+MAX_WIDTH = 1700
 
 
 def figure_scripts() -> list[str]:
