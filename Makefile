@@ -1,6 +1,9 @@
 # bnnzoo: `make demo` runs the end-to-end comparison, `make test` the test suite, `make test-ray`
 # the studies on a local Ray (it installs the ray extra first), `make docs` the documentation site
-# into site/ (offline, warnings are errors; it installs the docs extra first), `make test-py312`
+# into site/ (offline, warnings are errors; it installs the docs extra first) and opens its pages in
+# headless Chromium (tests/test_site.py; SITE_TEST=optional skips that where no Chromium is
+# installed), `make figures` reruns the examples that draw figures and keeps them for the site
+# (docs/figures.py; minutes each), `make test-py312`
 # the suite on Python 3.12 with ArviZ 1.x (`make test-py313`: Python 3.13).
 # Each creates its virtualenv if missing (.venv; .venv312, .venv313) and installs what it needs.
 # torch is installed first and pinned, so installing bnnzoo never pulls another build, and so is
@@ -33,7 +36,11 @@ DOCS_STAMP := $(VENV)/.installed-docs
 # workers on two cores halve the suite's wall time; TEST_WORKERS=0 runs it in this process
 TEST_WORKERS ?= 2
 
-.PHONY: demo test test-slow test-ray test-py312 test-py313 docs bench install clean
+# make docs: the built site opened in headless Chromium (tests/test_site.py) must pass (required)
+# or may be skipped where Chromium is missing (optional)
+SITE_TEST ?= required
+
+.PHONY: demo test test-slow test-ray test-py312 test-py313 docs figures bench install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -86,10 +93,15 @@ test-ray: $(RAY_STAMP)
 # docs/algorithms.md, examples/ and benchmarks/results/ as they are now
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	BNNZOO_SITE_TEST=$(SITE_TEST) $(BIN)/python -m pytest -p no:cacheprovider tests/test_site.py
+
+# the figures the site shows (docs/papers/figures/): each example that draws some, at its default size
+figures: $(STAMP)
+	$(BIN)/python docs/figures.py --all
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_gradient.py
 	$(BIN)/python benchmarks/bench_sampling.py
 
 clean:
-	rm -rf $(VENV) .venv312 .venv313 out site .pytest_cache
+	rm -rf $(VENV) .venv312 .venv313 out site .pytest_cache build

@@ -7,7 +7,10 @@
   the anchor.
 * ``api/*.md``: the API reference, one page per package (mkdocstrings, static analysis).
 * ``examples/*.md``: one page per script of ``examples/``: its docstring, how to run it, its
-  source and, where the script's output folder has them, its figures.
+  figures and its source. The figures are the ones kept in ``docs/papers/figures/<script>/``
+  (PNGs and a ``figures.json`` saying which command drew them, when and where; ``docs/figures.py``
+  runs a script and keeps them), so a build from a fresh clone shows them without running
+  anything.
 * ``changelog.md``: ``CHANGELOG.md``.
 * ``javascripts/``: MathJax 3 from the ``docs`` extra and its configuration, so that the
   mathematics is typeset without a network.
@@ -17,6 +20,7 @@
   the options dataclasses), ``<!-- bnnzoo:results NAME -->`` (the table of
   ``benchmarks/results/NAME.md`` with its date and machine) and
   ``<!-- bnnzoo:results-rest -->`` (every results table no marker has shown),
+  ``<!-- bnnzoo:figures SCRIPT -->`` (the figures kept for ``examples/SCRIPT.py``, with their stamp),
   ``<!-- bnnzoo:cli-help -->`` (what ``bnnzoo --help`` and each command's ``--help`` print).
 """
 
@@ -34,6 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ALGORITHMS = ROOT / "docs" / "algorithms.md"
 RESULTS = ROOT / "benchmarks" / "results"
 EXAMPLES = ROOT / "examples"
+#: the examples' figures the site shows, one folder per script, each with its figures.json (docs/figures.py)
+FIGURES = ROOT / "docs" / "papers" / "figures"
 
 #: algorithm page -> (title, words that put a section of docs/algorithms.md on it, API modules)
 FAMILIES = {
@@ -285,25 +291,66 @@ def _docstring(source: str) -> str:
     return re.sub(r"::\n", ":\n", text).strip()
 
 
-def example_page(path: Path) -> tuple[str, list[Path]]:
+def stored_figures(script: str) -> tuple[dict, list[Path]]:
+    """``(stamp, PNGs)`` kept for ``examples/<script>.py`` in ``docs/papers/figures/<script>/``
+    (written by ``docs/figures.py``); ``({}, [])`` when none are kept."""
+    folder = FIGURES / script
+    stamp_file = folder / "figures.json"
+    if not stamp_file.exists():
+        return {}, []
+    stamp = json.loads(stamp_file.read_text())
+    pngs = [folder / name for name in stamp.get("figures", [])]
+    missing = [p.name for p in pngs if not p.exists()]
+    if missing:
+        raise FileNotFoundError(f"docs: {stamp_file.relative_to(ROOT)} lists {missing}, not in {folder.relative_to(ROOT)}")
+    return stamp, pngs
+
+
+def figures_markdown(script: str, page_uri: str) -> str:
+    """The figures kept for ``examples/<script>.py``, each under its name, then one line saying which
+    command drew them, when, where and at which commit; linked from ``page_uri``."""
+    stamp, pngs = stored_figures(script)
+    if not pngs:
+        source = (EXAMPLES / f"{script}.py").read_text()
+        writes = "savefig" in source or ".png" in source and "plot_" in source  # as docs/figures.py decides
+        return ("*No figures are kept for this script yet: `python docs/figures.py " + script + "` runs it and keeps them.*\n"
+                if writes else "*This script writes tables, not figures.*\n")
+    up = "../" * page_uri.count("/")
+    out = []
+    for png in pngs:
+        out.append(f"![{script}: {png.stem}]({up}papers/figures/{script}/{png.name})\n")
+        out.append(f"*`{png.name}`*\n")
+    m = stamp.get("machine", {})
+    where = m.get("processor", "")
+    where += f" ({m['cpus']} CPUs)" if m.get("cpus") else ""
+    where += f", torch {m['torch']}" if m.get("torch") else ""
+    before, end = m.get("load_average_before"), m.get("load_average_end")
+    where += f", load average {before[0]:g} at the start" if before else ""
+    where += f" and {end[0]:g} at the end" if before and end else ""
+    wall = f", {stamp['wall_s']} s wall" if stamp.get("wall_s") is not None else ""
+    at = f" at commit `{stamp['commit']}`" if stamp.get("commit") else ""
+    out.append(f"*Drawn by `{stamp['command']}` on {stamp.get('date', '(undated)')}{at}, on {where}{wall}. "
+               f"Kept in `docs/papers/figures/{script}/`; `python docs/figures.py {script}` redraws them.*\n")
+    for name in stamp.get("tables", []):
+        table = re.sub(r"^#+ (.*)$", r"**\1**", (FIGURES / script / name).read_text().strip(), flags=re.M)  # no TOC entries
+        out.append(f'??? note "The same run\'s `{name}`"\n')
+        out.append("\n".join(f"    {line}" if line else "" for line in table.splitlines()) + "\n")
+    return "\n".join(out)
+
+
+def example_page(path: Path) -> str:
     source = path.read_text()
     lead, _, body = (_docstring(source) or path.stem).partition("\n\n")
     title = " ".join(lead.split()).rstrip(".")
     out = [f"# {path.stem}\n", f"**{title}.**\n", body, "",
            "## Run it\n", f"```bash\n.venv/bin/python examples/{path.name}            # small, the default\n"
            f".venv/bin/python examples/{path.name} --smoke    # seconds: what the test suite runs\n"
-           f".venv/bin/python examples/{path.name} --full     # the paper's sizes\n```\n"]
-    figures = sorted((ROOT / "out" / path.stem.split("_")[0]).glob("*.png")) + sorted((ROOT / "out" / path.stem).glob("*.png"))
-    if figures:
-        out.append("## Figures\n")
-        out += [f"![{f.stem}](figures/{path.stem}/{f.name})\n" for f in figures]
-    else:
-        out.append("*No figures in this build: the script writes them to its output folder under `out/` "
-                   "when run; a build after a run shows them here.*\n")
+           f".venv/bin/python examples/{path.name} --full     # the paper's sizes\n```\n",
+           "## Figures\n", figures_markdown(path.stem, f"examples/{path.stem}.md")]
     out += ["## Source\n", f'??? note "examples/{path.name}"\n', "    ```python"]
     out += [f"    {line}" if line else "" for line in source.splitlines()]
     out.append("    ```\n")
-    return "\n".join(out), figures
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------- hooks
@@ -333,10 +380,7 @@ def on_files(files, config):
     for page, (title, modules) in API.items():
         add(f"api/{page}.md", f"# {title}\n\n" + "".join(f"::: {m}\n\n" for m in modules))
     for path in sorted(EXAMPLES.glob("*.py")):
-        text, figures = example_page(path)
-        add(f"examples/{path.stem}.md", text)
-        for figure in figures:
-            files.append(File.generated(config, f"examples/figures/{path.stem}/{figure.name}", abs_src_path=str(figure)))
+        add(f"examples/{path.stem}.md", example_page(path))
     add("changelog.md", (ROOT / "CHANGELOG.md").read_text())
     add("javascripts/mathjax-config.js", MATHJAX_CONFIG)
     files.append(File.generated(config, "javascripts/mathjax/tex-svg.js", abs_src_path=str(mathjax_script())))
@@ -376,9 +420,16 @@ def on_page_markdown(markdown, page, config, files):
     if "<!-- bnnzoo:cli-help -->" in markdown:
         markdown = markdown.replace("<!-- bnnzoo:cli-help -->", cli_help())
     markdown = re.sub(r"<!-- bnnzoo:results (\w+) -->", lambda m: results_table(m.group(1), _SHOWN), markdown)
+    markdown = re.sub(r"<!-- bnnzoo:figures (\w+) -->", lambda m: _figures_marker(m.group(1), src), markdown)
     if "<!-- bnnzoo:results-rest -->" in markdown:
         markdown = markdown.replace("<!-- bnnzoo:results-rest -->", results_rest(_SHOWN))
     return markdown
+
+
+def _figures_marker(script: str, src: str) -> str:
+    if not (EXAMPLES / f"{script}.py").exists():
+        raise FileNotFoundError(f"docs: {src}: <!-- bnnzoo:figures {script} -->: no examples/{script}.py")
+    return figures_markdown(script, src)
 
 
 _ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|obj|exc|const|ref|term):<code>~?([^<]*)</code>")

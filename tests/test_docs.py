@@ -2,7 +2,8 @@
 as one session with ``BNNZOO_QUICK=1`` (every draw and iteration count divided by ten), its TOML
 run files checked as ``bnnzoo run`` would before running anything, and the sweep file on the
 studies page equal to ``examples/sweep_small.toml``. And where dated measurements may live:
-``benchmarks/results/``, the performance page and the paper pages, nowhere else."""
+``benchmarks/results/``, the performance page and the paper pages, nowhere else; and that every
+example that draws figures has them kept for the site (``docs/papers/figures/``), dated and small."""
 
 import re
 
@@ -84,7 +85,8 @@ def test_the_sweep_file_is_the_example_grid_and_valid():
 
 DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
 #: where a dated measurement belongs (besides benchmarks/results/, which this test does not read)
-DATED = {"docs/performance.md", "CHANGELOG.md"} | {f"docs/papers/{p.name}" for p in (DOCS / "papers").glob("*.md")}
+DATED = {"docs/performance.md", "CHANGELOG.md"} | {p.relative_to(ROOT).as_posix() for p in (DOCS / "papers").rglob("*.md")}
+# (docs/papers/figures/*/: the tables of the runs that drew the kept figures)
 
 
 def test_dated_measurements_live_in_the_results_the_performance_page_and_the_papers():
@@ -95,3 +97,40 @@ def test_dated_measurements_live_in_the_results_the_performance_page_and_the_pap
              for text in [f.read_text()] for m in DATE.finditer(text)]
     assert not found, "dated measurements outside benchmarks/results/, docs/performance.md and docs/papers/:\n" + \
         "\n".join(found)
+
+
+def _figures_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_figures", DOCS / "figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: the most the kept figures may weigh, all together (they are in git)
+FIGURES_BUDGET = 3 * 2**20
+
+
+def test_every_example_that_draws_figures_has_them_kept_dated_and_small():
+    import json
+
+    tool = _figures_tool()
+    scripts = tool.figure_scripts()
+    assert "paper003_relu_hmc" in scripts and "paper004_group_sparse" not in scripts  # draws / tables only
+    folders = sorted(p for p in tool.FIGURES.iterdir() if p.is_dir())
+    assert [f.name for f in folders] == sorted(scripts), "a kept folder per example that draws figures"
+    total = 0
+    for folder in folders:
+        stamp = json.loads((folder / "figures.json").read_text())
+        assert stamp["command"].startswith(f"python examples/{folder.name}.py") and DATE.fullmatch(stamp["date"])
+        assert stamp["machine"]["processor"] and stamp["figures"], stamp
+        kept = {p.name for p in folder.iterdir()} - {"figures.json"}
+        assert kept == set(stamp["figures"]) | set(stamp.get("tables", [])), f"{folder}: {kept} vs its figures.json"
+        for name in stamp["figures"]:
+            png = (folder / name).read_bytes()
+            assert png[:8] == b"\x89PNG\r\n\x1a\n"
+            width = int.from_bytes(png[16:20], "big")
+            assert 200 <= width <= tool.MAX_WIDTH, f"{folder / name}: {width} px wide"
+            total += len(png)
+    assert total <= FIGURES_BUDGET, f"the kept figures weigh {total / 2**20:.1f} MiB"

@@ -72,16 +72,16 @@ def parameter_docs(cls) -> dict[str, str]:
         for n in names:
             docs.setdefault(n, re.sub(r"``|:\w+:`~?([^`]*)`", r"\1", sentence))
 
-    inside = False
+    inside, base = False, 0
     for line in lines:
         stripped = line.strip()
-        if stripped == "Parameters":
-            inside = True
+        if stripped == "Parameters":  # entries sit at its indent, their text deeper (Python 3.13
+            inside, base = True, len(line) - len(line.lstrip())  # dedents docstrings: 0, else 4)
             continue
         if not inside or set(stripped) <= {"-"}:
             continue
         head = re.match(r"^([A-Za-z_][\w, ]*?)(?: :|$)", stripped)
-        if head and len(line) - len(line.lstrip()) <= 4:
+        if head and len(line) - len(line.lstrip()) <= base:
             flush()
             names, text = [n.strip() for n in head.group(1).split(",")], []
         elif stripped and names:
