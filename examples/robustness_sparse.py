@@ -13,16 +13,18 @@ N, noise) and seed it records
   classification) and its noise floor (the noise variance; none for the noiseless labels),
 * wall time.
 
-    python examples/robustness_sparse.py                   # -> out/robustness_sparse/ (about 15 min, 2 cores)
+    python examples/robustness_sparse.py                   # -> out/robustness_sparse/ (about 25 min, 2 cores)
+    python examples/robustness_sparse.py --only paper004 --workers 2   # the paper-004 cells only
     python examples/robustness_sparse.py --full --out out/robustness_sparse_full
     python examples/robustness_sparse.py --smoke --out out/robustness_smoke   # seconds: checks the script
 
 Default: paper 001 at n = 50 and 400 with noise variance 1 and 3 (5000 warm-up iterations, 500
-draws); paper 004 at N = 2048 and 20480 (regression noise sd 0.5 and 1; 1 warm-up cycle and 2 draws,
-cycles of ``cycle_length="auto"``); 3 seeds each. ``--full``: n in 50, 100, 200, 400 and noise
-variance 1, 3, 9; N in 2048, 5120, 10240, 20480, noise sd 0.5, 1, 2; 2 warm-up cycles and 4 draws.
+draws); paper 004 at N = 1024, 2048, 5120, 6144, 10240 and 20480 (regression noise sd 0.5 and 1; 1
+warm-up cycle and 2 draws, cycles of ``cycle_length="auto"``); 3 seeds each. ``--full``: n in 50, 100,
+200, 400 and noise variance 1, 3, 9; the same N with noise sd 0.5, 1, 2; 2 warm-up cycles and 4 draws.
 The classification labels have no noise knob (a deterministic function of x1..x4), so they vary
-by N only. Writes ``table.md``, ``runs.csv`` and ``timing.json`` at the end, and each run to ``runs.jsonl`` as it finishes.
+by N only. Writes ``table.md``, ``runs.csv`` and ``timing.json`` at the end, and each run to ``runs.jsonl``
+as it finishes.
 """
 
 from __future__ import annotations
@@ -220,7 +222,8 @@ def parse_args(argv=None):
     group.add_argument("--smoke", action="store_true", help="a tiny run (seconds): checks the script")
     parser.add_argument("--out", default="out/robustness_sparse")
     parser.add_argument("--workers", type=int, default=1, help="processes for the independent runs")
-    parser.add_argument("--only", choices=("all", "paper001", "paper004", "regression", "classification"), default="all")
+    parser.add_argument("--only", choices=("all", "paper001", "paper004", "regression", "classification"),
+                        default="all")
     return parser.parse_args(argv)
 
 

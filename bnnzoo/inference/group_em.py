@@ -258,16 +258,20 @@ class GroupSparseOptions(Options):
     slab_decay: float | str = option(5e-4, "weight decay (>= 0, or 'prior') of slab groups", _decay)
     spike_decay: float | str = option(0.1, "weight decay (>= 0, or 'prior') of spike groups", _decay)
     soft_threshold: float | str = option("auto", "E-step: a group with mean w^2 below this is in the spike; "
-                                         "auto: min(1e-2, 10/fan_in) of the layer", _auto_or(_nonnegative))
+                                         "auto: min(1e-2, 10/fan_in) of the layer, at least the hard threshold",
+                                         _auto_or(_nonnegative))
     hard_threshold: float | str = option("auto", "E-step: a group with mean w^2 below this (prune_patience E-steps "
-                                         "in a row) is pruned for good; auto: min(1e-3, 1/fan_in) of the layer",
+                                         "in a row) is pruned for good; auto: min(1e-3, 1/fan_in) of the layer, "
+                                         "at least 1/(2 N spike_decay) (the no-signal level of N rows)",
                                          _auto_or(_nonnegative))
     em_warmup: int | str = option("auto", "E-step periods (epochs by default) before the first E-step; auto: "
                                   "max(50 epochs, 500 iterations)", _auto_or(integer(0)))
     em_every: int | None = option(None, "iterations between E-steps (None: one epoch)", _em_every)
     init_momentum: float = option(1e-3, "initial momentum init_momentum * N(0, I)", _nonnegative)
     prune_patience: int | str = option("auto", "E-steps in a row below hard_threshold before a group is pruned; "
-                                       "auto: those in 1/C_0^2 iterations, at least 3", _auto_or(integer(1)))
+                                       "auto: those in 1/C_0^2 iterations, at least 3; where the hard threshold is "
+                                       "the no-signal level, at least those in min(1/(C_0^2 spike_decay), a cycle)",
+                                       _auto_or(integer(1)))
 
     def update(self, weight, momentum, rho, noise, grad, decay, step_size, temperature, num_data, keep=None):
         """:func:`group_sparse_sghmc_update` with these options."""
