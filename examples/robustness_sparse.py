@@ -122,8 +122,10 @@ def p004_run(task: str, n: int, noise: float | None, seed: int, warmup_cycles: i
         error, floor = float(((f.mean((0, 1)) - y) ** 2).mean()), noise ** 2
     else:
         error, floor = float((((1 / (1 + np.exp(-f))).mean((0, 1)) > 0.5) == y).mean()), math.nan
+    stats = r.sample_stats
+    spiked = int(stats["active_groups[layers.0.weight]"][0, -1] - stats["slab_groups[layers.0.weight]"][0, -1])
     return _row(f"paper004 {task} (sghmc_group_ss)", n, noise, seed, kept, data.meta["support"], p, error, floor,
-                seconds, r, warning=" | ".join(told))
+                seconds, r, warning=" | ".join(told), undecided=spiked)
 
 
 def _row(problem, n, noise, seed, kept, support, p, error, floor, seconds, r, **extra) -> dict:
@@ -168,11 +170,12 @@ def wanted(only: str, fn, arguments) -> bool:
 
 def warning_kinds(text) -> str:
     """The run-time warnings of one run, by kind: ``rows`` (too few rows for the layer's threshold: raised to
-    the no-signal level), ``short`` (the run ended before any group could be pruned), ``-`` none."""
+    the no-signal level), ``short`` (the run ended before any group could be pruned), ``open`` (groups neither
+    pruned nor in the slab at the end), ``-`` none."""
     if not isinstance(text, str) or not text:
         return "-"
-    kinds = [k for k, key in (("rows", "a group with no signal"), ("short", "before any group could be pruned"))
-             if key in text]
+    kinds = [k for k, key in (("rows", "a group with no signal"), ("short", "before any group could be pruned"),
+                              ("open", "selection is not finished")) if key in text]
     return "+".join(kinds) or "other"
 
 
@@ -187,7 +190,7 @@ def table(rows: list[dict], out: Path) -> str:
              "inputs kept per seed; test error (regressions: MSE, floor = noise variance; classification: "
              "accuracy) mean ± sd over seeds; wall time per run (mean); the run-time warnings per seed (`rows`: "
              "too few rows for the layer's threshold, `short`: the run ended before any group could be pruned, "
-             "`-`: none; texts below).", "",
+             "`open`: groups neither pruned nor in the slab at the end, `-`: none; texts below).", "",
              "| problem | N | noise | relevant kept | irrelevant kept | exact | test error | floor | s/run | warning |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     keys = ["problem", "n_train", "noise"]

@@ -309,7 +309,21 @@ class GroupSparseSGHMC(SGMCMCKernel):
                               f"then prune_patience={self.rule.prune_patience} E-steps below hard_threshold: "
                               f"iteration {first}), so the mask keeps every input; run more iterations "
                               f"(warmup_steps of at least {first})")
+            else:
+                self._warn_undecided()
         return notes
+
+    def _warn_undecided(self) -> None:
+        """One line per grouped site where, at the end, some groups are neither pruned nor in the slab (their
+        mean w^2 between the thresholds at the last E-step): the selection of those inputs is not finished."""
+        for site, slab in zip(self._sites, self._slab):
+            active, in_slab = self._group_counts(site, slab)
+            undecided = int((active - in_slab).max())
+            if undecided:
+                warnings.warn(f"{type(self).__name__}: {site.name}: at the end {undecided} group(s) are neither "
+                              f"pruned nor in the slab (mean w^2 between the hard and the soft threshold): their "
+                              f"selection is not finished; run more iterations (or give more rows) before reading "
+                              f"the mask")
 
     # ------------------------------------------------------------- one step
     def force(self, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:

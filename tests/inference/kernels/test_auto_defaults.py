@@ -284,6 +284,18 @@ def test_a_run_that_ends_before_any_group_can_be_pruned_warns():
     assert r.notes["first_pruning_iteration"] == 601 and r.pruning_mask["layers.0.weight"].all()
 
 
+def test_groups_left_between_the_thresholds_at_the_end_warn():
+    data = load("group_sparse_regression", n_train=64, n_test=16, p=20)
+    # every group below the soft threshold (the spike), none below the hard one (never pruned): all 20 undecided
+    with pytest.warns(UserWarning, match=r"layers.0.weight: at the end 20 group\(s\) are neither pruned nor in the "
+                                         r"slab .* selection is not finished"):
+        r = run(zoo.get("group_sparse_mlp", p=20), data, engine="sghmc_group_ss", step_size=1e-3, soft_threshold=10.0,
+                hard_threshold=0.0, em_warmup=0, em_every=1, prune_patience=1, cycle_length=10, warmup_steps=10,
+                num_samples=1, num_chains=1, progress=False)
+    assert r.sample_stats["slab_groups[layers.0.weight]"][0, -1] == 0
+    assert r.sample_stats["active_groups[layers.0.weight]"][0, -1] == 20
+
+
 # ------------------------------------------------------------ the pruning guard
 def _kept(options: dict, iterations: int = 700) -> tuple[int, int]:
     """Relevant (of 3) and irrelevant input groups kept by the group-sparse kernel on a 1000-input
