@@ -206,10 +206,10 @@ def table(rows: list[dict], out: Path) -> str:
                      f"| {cell.error.mean():.3f} ± {sd:.3f} | {floor} | {cell.seconds.mean():.0f} | {told} |")
     texts = sorted({t for w in frame.warning if isinstance(w, str) and w for t in w.split(" | ")})
     if texts:
-        lines += ["", "Warnings (one example per kind and size):", ""]
+        lines += ["", "Warnings (one example per kind, and per size for `rows`):", ""]
         seen = set()
         for t in texts:
-            key = (warning_kinds(t), t.split("rows")[0] if "N=" in t else t[:60])
+            key = (warning_kinds(t), t.split("rows")[0] if "N=" in t else "")
             if key not in seen:
                 seen.add(key)
                 lines.append(f"* {t}")
