@@ -13,16 +13,18 @@ N, noise) and seed it records
   classification) and its noise floor (the noise variance; none for the noiseless labels),
 * wall time.
 
-    python examples/robustness_sparse.py                   # -> out/robustness_sparse/ (about 15 min, 2 cores)
+    python examples/robustness_sparse.py                   # -> out/robustness_sparse/ (about 25 min, 2 cores)
+    python examples/robustness_sparse.py --only paper004 --workers 2   # the paper-004 cells only
     python examples/robustness_sparse.py --full --out out/robustness_sparse_full
     python examples/robustness_sparse.py --smoke --out out/robustness_smoke   # seconds: checks the script
 
 Default: paper 001 at n = 50 and 400 with noise variance 1 and 3 (5000 warm-up iterations, 500
-draws); paper 004 at N = 2048 and 20480 (regression noise sd 0.5 and 1; 1 warm-up cycle and 2 draws,
-cycles of ``cycle_length="auto"``); 3 seeds each. ``--full``: n in 50, 100, 200, 400 and noise
-variance 1, 3, 9; N in 2048, 5120, 10240, 20480, noise sd 0.5, 1, 2; 2 warm-up cycles and 4 draws.
+draws); paper 004 at N = 1024, 2048, 5120, 6144, 10240 and 20480 (regression noise sd 0.5 and 1; 1
+warm-up cycle and 2 draws, cycles of ``cycle_length="auto"``); 3 seeds each. ``--full``: n in 50, 100,
+200, 400 and noise variance 1, 3, 9; the same N with noise sd 0.5, 1, 2; 2 warm-up cycles and 4 draws.
 The classification labels have no noise knob (a deterministic function of x1..x4), so they vary
-by N only. Writes ``table.md``, ``runs.csv`` and ``timing.json``.
+by N only. Writes ``table.md``, ``runs.csv`` and ``timing.json`` at the end, and each run to ``runs.jsonl``
+as it finishes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import json
 import math
 import os
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -40,10 +43,12 @@ import torch
 
 BATCH = 1024
 #: (problem, sizes, noise levels) per size of the study
-DEFAULT = dict(p001=((50, 400), (1.0, 3.0)), reg=((2048, 20480), (0.5, 1.0)), cls=((2048, 20480),),
+#: paper 004's sizes: 1024 rows (one minibatch: the full batch) to 20480, and the 6144 of a held-out check
+SIZES = (1024, 2048, 5120, 6144, 10240, 20480)
+DEFAULT = dict(p001=((50, 400), (1.0, 3.0)), reg=(SIZES, (0.5, 1.0)), cls=(SIZES,),
                seeds=3, p001_warmup=5000, p001_draws=500, warmup_cycles=1, draw_cycles=2)
-FULL = dict(p001=((50, 100, 200, 400), (1.0, 3.0, 9.0)), reg=((2048, 5120, 10240, 20480), (0.5, 1.0, 2.0)),
-            cls=((2048, 5120, 10240, 20480),), seeds=3, p001_warmup=20_000, p001_draws=1000, warmup_cycles=2,
+FULL = dict(p001=((50, 100, 200, 400), (1.0, 3.0, 9.0)), reg=(SIZES, (0.5, 1.0, 2.0)), cls=(SIZES,), seeds=3,
+            p001_warmup=20_000, p001_draws=1000, warmup_cycles=2,
             draw_cycles=4)
 SMOKE = dict(p001=((50,), (3.0,)), reg=((256,), (1.0,)), cls=((256,),), seeds=2, p001_warmup=100,
              p001_draws=10, warmup_cycles=0, draw_cycles=1, p=50, cycle=20)
@@ -103,10 +108,13 @@ def p004_run(task: str, n: int, noise: float | None, seed: int, warmup_cycles: i
     options = {} if cycle is None else {"cycle_length": cycle}  # --smoke only: a short cycle
     length = cycle or cycle_iterations(n, batch)
     start = time.perf_counter()
-    r = run(p004_spec(task, p, noise), data, engine="sghmc_group_ss", batch_size=batch,
-            warmup_steps=warmup_cycles * length, num_samples=draw_cycles, num_chains=1, seed=seed, progress=False,
-            **options)
+    with warnings.catch_warnings(record=True) as caught:  # what the user is told at run time
+        warnings.simplefilter("always")
+        r = run(p004_spec(task, p, noise), data, engine="sghmc_group_ss", batch_size=batch,
+                warmup_steps=warmup_cycles * length, num_samples=draw_cycles, num_chains=1, seed=seed,
+                progress=False, **options)
     seconds = time.perf_counter() - start
+    told = sorted({str(w.message) for w in caught if str(w.message).startswith("GroupSparseSGHMC")})
     f = r.predict(data.x_test)[..., 0]
     y = data.y_test.numpy()
     kept = np.flatnonzero(r.pruning_mask["layers.0.weight"][0].any(0))
@@ -114,8 +122,10 @@ def p004_run(task: str, n: int, noise: float | None, seed: int, warmup_cycles: i
         error, floor = float(((f.mean((0, 1)) - y) ** 2).mean()), noise ** 2
     else:
         error, floor = float((((1 / (1 + np.exp(-f))).mean((0, 1)) > 0.5) == y).mean()), math.nan
+    stats = r.sample_stats
+    spiked = int(stats["active_groups[layers.0.weight]"][0, -1] - stats["slab_groups[layers.0.weight]"][0, -1])
     return _row(f"paper004 {task} (sghmc_group_ss)", n, noise, seed, kept, data.meta["support"], p, error, floor,
-                seconds, r)
+                seconds, r, warning=" | ".join(told), undecided=spiked)
 
 
 def _row(problem, n, noise, seed, kept, support, p, error, floor, seconds, r, **extra) -> dict:
@@ -153,7 +163,20 @@ def wanted(only: str, fn, arguments) -> bool:
     """Whether ``--only`` keeps this run."""
     if only == "all":
         return True
+    if only == "paper004":
+        return fn is p004_run
     return fn is p001_run if only == "paper001" else fn is p004_run and arguments[0] == only
+
+
+def warning_kinds(text) -> str:
+    """The run-time warnings of one run, by kind: ``rows`` (too few rows for the layer's threshold: raised to
+    the no-signal level), ``short`` (the run ended before any group could be pruned), ``open`` (groups neither
+    pruned nor in the slab at the end), ``-`` none."""
+    if not isinstance(text, str) or not text:
+        return "-"
+    kinds = [k for k, key in (("rows", "a group with no signal"), ("short", "before any group could be pruned"),
+                              ("open", "selection is not finished")) if key in text]
+    return "+".join(kinds) or "other"
 
 
 def table(rows: list[dict], out: Path) -> str:
@@ -161,20 +184,35 @@ def table(rows: list[dict], out: Path) -> str:
 
     frame = pd.DataFrame(rows)
     frame.to_csv(out / "runs.csv", index=False)
+    if "warning" not in frame:
+        frame["warning"] = ""
     lines = ["Every engine option at its default (`auto` rules). Per cell: relevant inputs kept and irrelevant "
              "inputs kept per seed; test error (regressions: MSE, floor = noise variance; classification: "
-             "accuracy) mean ± sd over seeds; wall time per run (mean).", "",
-             "| problem | N | noise | relevant kept | irrelevant kept | test error | floor | s/run |",
-             "|---|---|---|---|---|---|---|---|"]
+             "accuracy) mean ± sd over seeds; wall time per run (mean); the run-time warnings per seed (`rows`: "
+             "too few rows for the layer's threshold, `short`: the run ended before any group could be pruned, "
+             "`open`: groups neither pruned nor in the slab at the end, `-`: none; texts below).", "",
+             "| problem | N | noise | relevant kept | irrelevant kept | exact | test error | floor | s/run | warning |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     keys = ["problem", "n_train", "noise"]
     for (problem, n, noise), cell in frame.groupby(keys, sort=False, dropna=False):
         relevant = " ".join(f"{a}/{b}" for a, b in zip(cell.relevant_kept, cell.relevant))
         irrelevant = " ".join(str(v) for v in cell.irrelevant_kept)
+        exact = int(((cell.relevant_kept == cell.relevant) & (cell.irrelevant_kept == 0)).sum())
         sd = cell.error.std(ddof=1) if len(cell) > 1 else 0.0
         floor = "-" if not np.isfinite(cell.floor.iloc[0]) else f"{cell.floor.iloc[0]:g}"
         level = "-" if noise is None or (isinstance(noise, float) and math.isnan(noise)) else f"{noise:g}"
-        lines.append(f"| {problem} | {n} | {level} | {relevant} | {irrelevant} | {cell.error.mean():.3f} ± {sd:.3f} "
-                     f"| {floor} | {cell.seconds.mean():.0f} |")
+        told = " ".join(warning_kinds(w) for w in cell.warning)
+        lines.append(f"| {problem} | {n} | {level} | {relevant} | {irrelevant} | {exact}/{len(cell)} "
+                     f"| {cell.error.mean():.3f} ± {sd:.3f} | {floor} | {cell.seconds.mean():.0f} | {told} |")
+    texts = sorted({t for w in frame.warning if isinstance(w, str) and w for t in w.split(" | ")})
+    if texts:
+        lines += ["", "Warnings (one example per kind, and per size for `rows`):", ""]
+        seen = set()
+        for t in texts:
+            key = (warning_kinds(t), t.split("rows")[0] if "N=" in t else "")
+            if key not in seen:
+                seen.add(key)
+                lines.append(f"* {t}")
     text = "\n".join(lines) + "\n"
     (out / "table.md").write_text(text)
     return text
@@ -187,7 +225,8 @@ def parse_args(argv=None):
     group.add_argument("--smoke", action="store_true", help="a tiny run (seconds): checks the script")
     parser.add_argument("--out", default="out/robustness_sparse")
     parser.add_argument("--workers", type=int, default=1, help="processes for the independent runs")
-    parser.add_argument("--only", choices=("all", "paper001", "regression", "classification"), default="all")
+    parser.add_argument("--only", choices=("all", "paper001", "paper004", "regression", "classification"),
+                        default="all")
     return parser.parse_args(argv)
 
 
@@ -197,6 +236,7 @@ def main(argv=None) -> None:
     size = SMOKE if args.smoke else FULL if args.full else DEFAULT
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "runs.jsonl").unlink(missing_ok=True)
     selected = [(f, a) for f, a in jobs(size) if wanted(args.only, f, a)]
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
@@ -205,6 +245,8 @@ def main(argv=None) -> None:
         for i, future in enumerate(futures):
             rows.append(future.result())
             r = rows[-1]
+            with open(out / "runs.jsonl", "a") as f:  # each finished run on disk before the next is awaited
+                f.write(json.dumps(r) + "\n")
             print(f"[{i + 1}/{len(futures)}] {r['problem']} N={r['n_train']} noise={r['noise']} seed={r['seed']}: "
                   f"relevant {r['relevant_kept']}/{r['relevant']}, irrelevant {r['irrelevant_kept']}, "
                   f"error {r['error']:.3f}, {r['seconds']:.0f} s", flush=True)

@@ -40,7 +40,8 @@ from .options import Options, integer, option, optional, positive
 from .vi.optim import closure_loss
 
 __all__ = ["GroupSparseOptions", "GroupSparseSGHMCOptimizer", "e_step", "em_due", "group_sparse_rules",
-           "group_sparse_sghmc_update", "group_step_size_rule", "guarded_e_step", "threshold_rules"]
+           "group_sparse_sghmc_update", "group_step_size_rule", "guarded_e_step", "no_signal_level",
+           "small_data_warning", "spike_patience", "threshold_rules"]
 
 Tensor = torch.Tensor
 
@@ -160,13 +161,59 @@ def group_step_size_rule(curvature: float) -> float:
     return min(MAX_STEP, 1.0 / (4.0 * curvature))
 
 
-def threshold_rules(fan_in: int) -> dict:
-    """``soft_threshold`` = min(1e-2, 10/fan_in) and ``hard_threshold`` = min(1e-3, 1/fan_in) of a layer:
-    paper 004's values (on standardised inputs, the mean w^2 of a group that moves a unit's input by a
-    tenth / a thirtieth of its sd), lowered for a layer wider than 1000 inputs to 30 and 3 times the mean
-    w^2, 1/(3 fan_in), of its fan-in initialisation, so that a fresh group is not below them by construction."""
-    return {"soft_threshold": min(SOFT_THRESHOLD, SOFT_FAN_IN / fan_in),
-            "hard_threshold": min(HARD_THRESHOLD, HARD_FAN_IN / fan_in)}
+def threshold_rules(fan_in: int, num_data: int | None = None, spike_decay: float | None = None) -> dict:
+    r"""``soft_threshold`` and ``hard_threshold`` of a layer with ``fan_in`` inputs, ``num_data`` rows N and
+    the spike decay :math:`d_0` (mean-loss units).
+
+    * from the width: min(1e-2, 10/fan_in) and min(1e-3, 1/fan_in), paper 004's values (on standardised
+      inputs, the mean w^2 of a group that moves a unit's input by a tenth / a thirtieth of its sd),
+      lowered for a layer wider than 1000 inputs to 30 and 3 times the mean w^2, 1/(3 fan_in), of its
+      fan-in initialisation, so that a fresh group is not below them by construction;
+    * from the rows: the hard threshold is at least :math:`1/(2 N d_0)`, twice the largest mean w^2 a
+      group with *no* signal keeps under the spike decay by fitting the noise of N rows (a weight whose
+      mean loss has curvature h is fitted with variance 1/(N h) and shrunk by h/(h + d_0): w^2 about
+      :math:`h/(N(h+d_0)^2) \le 1/(4 N d_0)`), the factor 2 leaving room for its thermal spread
+      :math:`T'/(N(h+d_0))`, :math:`T' = \tau(1+\beta_1^2)C/(1-\beta_1)` the sampler's temperature relative to
+      the posterior (about 0.05-0.1 at :math:`C_0^2 = 0.01`), and for the scatter of a group's mean. It matters
+      below :math:`1/(2 d_0 \cdot 10^{-3})` rows (5000 at the default :math:`d_0 = 0.1`), where the paper's
+      threshold lies inside the no-signal groups' range. The soft threshold is at least the hard one. The
+      bound assumes more rows than inputs: with fewer, the network can fit the rows and groups with no signal
+      grow past it (``docs/algorithms.md``, section 14).
+    """
+    soft, hard = min(SOFT_THRESHOLD, SOFT_FAN_IN / fan_in), min(HARD_THRESHOLD, HARD_FAN_IN / fan_in)
+    if num_data is not None and spike_decay:
+        hard = max(hard, no_signal_level(num_data, spike_decay))
+    return {"soft_threshold": max(soft, hard), "hard_threshold": hard}
+
+
+def spike_patience(step_size: float, spike_decay: float, em_every: int, cycle_length: int) -> int:
+    r"""The E-steps in :math:`\min(1/(C_0^2 d_0),\ \text{cycle})` iterations: the time the spike decay
+    :math:`d_0` needs to move a group by its own size at the step :math:`C_0^2`, so that a group judged against
+    :func:`no_signal_level` has had the spike's pull before it is pruned, and at most one cycle (over which the
+    step size takes all its values; ``prune_patience="auto"`` where that level sets the hard threshold)."""
+    return int(math.ceil(min(1.0 / (step_size * spike_decay), cycle_length) / em_every))
+
+
+def small_data_warning(kernel: str, site: str, fan_in: int, num_data: int, spike_decay: float,
+                       patience_iterations: int) -> str | None:
+    """The one-line warning for a grouped layer whose hard threshold :func:`threshold_rules` raises to
+    :func:`no_signal_level` (too few rows for the paper's threshold), or None where it does not."""
+    width = threshold_rules(fan_in)["hard_threshold"]
+    level = no_signal_level(num_data, spike_decay)
+    if level <= width:
+        return None
+    enough = math.ceil(1.0 / (2.0 * spike_decay * width))
+    return (f"{kernel}: {site}: with N={num_data} rows and spike_decay={spike_decay:g} a group with no signal keeps a "
+            f"mean w^2 up to {level:.2g} (1/(2 N spike_decay)) under the spike, above the layer's hard threshold "
+            f"{width:g}; the threshold is raised to {level:.2g} and pruning waits {patience_iterations} iterations, "
+            f"so an input whose group stays below {level:.2g} is pruned as noise (a weak effect can be lost); "
+            f"from {enough} rows the layer's own threshold applies, or set hard_threshold to choose the trade-off")
+
+
+def no_signal_level(num_data: int, spike_decay: float) -> float:
+    """:math:`1/(2 N d_0)`: the mean w^2 below which a group under the spike decay :math:`d_0` cannot be told
+    from one with no signal after N rows (:func:`threshold_rules`)."""
+    return 1.0 / (2.0 * num_data * spike_decay)
 
 
 def em_due(iteration: int, every: int, warmup: int) -> bool:
@@ -211,16 +258,20 @@ class GroupSparseOptions(Options):
     slab_decay: float | str = option(5e-4, "weight decay (>= 0, or 'prior') of slab groups", _decay)
     spike_decay: float | str = option(0.1, "weight decay (>= 0, or 'prior') of spike groups", _decay)
     soft_threshold: float | str = option("auto", "E-step: a group with mean w^2 below this is in the spike; "
-                                         "auto: min(1e-2, 10/fan_in) of the layer", _auto_or(_nonnegative))
+                                         "auto: min(1e-2, 10/fan_in) of the layer, at least the hard threshold",
+                                         _auto_or(_nonnegative))
     hard_threshold: float | str = option("auto", "E-step: a group with mean w^2 below this (prune_patience E-steps "
-                                         "in a row) is pruned for good; auto: min(1e-3, 1/fan_in) of the layer",
+                                         "in a row) is pruned for good; auto: min(1e-3, 1/fan_in) of the layer, "
+                                         "at least 1/(2 N spike_decay) (the no-signal level of N rows)",
                                          _auto_or(_nonnegative))
     em_warmup: int | str = option("auto", "E-step periods (epochs by default) before the first E-step; auto: "
                                   "max(50 epochs, 500 iterations)", _auto_or(integer(0)))
     em_every: int | None = option(None, "iterations between E-steps (None: one epoch)", _em_every)
     init_momentum: float = option(1e-3, "initial momentum init_momentum * N(0, I)", _nonnegative)
     prune_patience: int | str = option("auto", "E-steps in a row below hard_threshold before a group is pruned; "
-                                       "auto: those in 1/C_0^2 iterations, at least 3", _auto_or(integer(1)))
+                                       "auto: those in 1/C_0^2 iterations, at least 3; where the hard threshold is "
+                                       "the no-signal level, at least those in min(1/(C_0^2 spike_decay), a cycle)",
+                                       _auto_or(integer(1)))
 
     def update(self, weight, momentum, rho, noise, grad, decay, step_size, temperature, num_data, keep=None):
         """:func:`group_sparse_sghmc_update` with these options."""
@@ -316,23 +367,31 @@ class GroupSparseSGHMCOptimizer(torch.optim.Optimizer):
         return state
 
     @staticmethod
-    def _schedule(rule: GroupSparseOptions, lr: float) -> tuple[int, int]:
-        """``(em_warmup, prune_patience)``, their ``"auto"`` rules with an epoch of ``em_every`` steps."""
+    def _schedule(rule: GroupSparseOptions, lr: float, p: Tensor, num_data: int) -> tuple[int, int]:
+        """``(em_warmup, prune_patience)`` of ``p``, their ``"auto"`` rules with an epoch of ``em_every`` steps
+        (the patience spans :func:`spike_patience` where the hard threshold is :func:`no_signal_level`)."""
         every = rule.em_every
         auto = group_sparse_rules(every, every, lr) if every else {"em_warmup": 0, "prune_patience": MIN_PATIENCE}
         warmup = auto["em_warmup"] if rule.em_warmup == "auto" else rule.em_warmup
         patience = auto["prune_patience"] if rule.prune_patience == "auto" else rule.prune_patience
+        width = math.prod(p.shape[1:])
+        if (rule.prune_patience == "auto" and rule.hard_threshold == "auto" and every and rule.spike_decay
+                and no_signal_level(num_data, rule.spike_decay) > threshold_rules(width)["hard_threshold"]):
+            cycle = group_sparse_rules(every, every, lr)["cycle_length"]
+            patience = max(patience, spike_patience(lr, rule.spike_decay, every, cycle))
         return warmup, patience
 
     @staticmethod
-    def _thresholds(rule: GroupSparseOptions, p: Tensor) -> tuple[float, float]:
-        """``(soft, hard)`` thresholds of ``p``; ``"auto"``: :func:`threshold_rules` of its fan-in."""
-        auto = threshold_rules(math.prod(p.shape[1:]))
+    def _thresholds(rule: GroupSparseOptions, p: Tensor, num_data: int) -> tuple[float, float]:
+        """``(soft, hard)`` thresholds of ``p``; ``"auto"``: :func:`threshold_rules` of its fan-in, N and the
+        spike decay."""
+        auto = threshold_rules(math.prod(p.shape[1:]), num_data, rule.spike_decay)
         return tuple(auto[k] if getattr(rule, k) == "auto" else getattr(rule, k)
                      for k in ("soft_threshold", "hard_threshold"))
 
-    def _e_step(self, p: Tensor, within, state: dict, rule: GroupSparseOptions, patience: int) -> None:
-        soft, hard = self._thresholds(rule, p)
+    def _e_step(self, p: Tensor, within, state: dict, rule: GroupSparseOptions, patience: int,
+                num_data: int) -> None:
+        soft, hard = self._thresholds(rule, p, num_data)
         state["decay"], state["keep"], state["below"] = guarded_e_step(
             p, within, state["keep"], state["below"], soft, hard, rule.slab_decay, rule.spike_decay, patience)
 
@@ -346,8 +405,8 @@ class GroupSparseSGHMCOptimizer(torch.optim.Optimizer):
                 if within is None:
                     continue
                 state = self._state(p, rule, True)
-                patience = self._schedule(rule, group.get("initial_lr", group["lr"]))[1]
-                self._e_step(p, within, state, rule, patience)
+                patience = self._schedule(rule, group.get("initial_lr", group["lr"]), p, group["num_data"])[1]
+                self._e_step(p, within, state, rule, patience, group["num_data"])
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -363,9 +422,10 @@ class GroupSparseSGHMCOptimizer(torch.optim.Optimizer):
                 state = self._state(p, rule, within is not None)
                 state["step"] += 1
                 if within is not None and rule.em_every:
-                    warmup, patience = self._schedule(rule, group.get("initial_lr", group["lr"]))
+                    warmup, patience = self._schedule(rule, group.get("initial_lr", group["lr"]), p,
+                                                      group["num_data"])
                     if em_due(state["step"], rule.em_every, warmup):
-                        self._e_step(p, within, state, rule, patience)
+                        self._e_step(p, within, state, rule, patience, group["num_data"])
                 w, state["momentum"], state["rho"], state["noise"] = rule.update(
                     p, state["momentum"], state["rho"], state["noise"], p.grad, state["decay"], group["lr"],
                     temperature, group["num_data"], state["keep"])

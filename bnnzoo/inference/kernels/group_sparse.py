@@ -64,6 +64,7 @@ stochastic gradient MCMC for Bayesian deep learning", ICLR (the cyclical schedul
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import pyro
@@ -71,7 +72,7 @@ import torch
 
 from ...models.priors import GroupSpikeAndSlab, group_dims
 from ..group_em import (GroupSparseOptions, em_due, group_sparse_rules, group_step_size_rule, guarded_e_step,
-                        threshold_rules)
+                        small_data_warning, spike_patience, threshold_rules)
 from ..options import choice, integer, option, positive
 from ..potential import BNNPotential
 from ..sgmcmc import AUTO, SCHEDULES
@@ -228,9 +229,25 @@ class GroupSparseSGHMC(SGMCMCKernel):
         if "cycle_length" in values and opts.schedule != "cyclical":
             del values["cycle_length"]
         sites = group_sites(potential, type(self).__name__)
+        spike = self._decays(potential, sites)[2]
         for name in ("soft_threshold", "hard_threshold"):
             if name in auto:
-                values[name] = {s.name: threshold_rules(fan_in(s))[name] for s in sites}
+                values[name] = {s.name: threshold_rules(fan_in(s), potential.num_data, d)[name]
+                                for s, d in zip(sites, spike)}
+        if "prune_patience" in auto and "hard_threshold" in auto:
+            step = values.get("step_size", opts.step_size)
+            floors = [d for s, d in zip(sites, spike) if threshold_rules(fan_in(s), potential.num_data, d)
+                      ["hard_threshold"] > threshold_rules(fan_in(s))["hard_threshold"]]
+            if floors:
+                cycle = opts.cycle_length if isinstance(opts.cycle_length, int) else rules["cycle_length"]
+                values["prune_patience"] = max(values["prune_patience"],
+                                               spike_patience(step, min(floors), em_every, cycle))
+        if "hard_threshold" in auto:
+            for site, d in zip(sites, spike):
+                message = small_data_warning(type(self).__name__, site.name, fan_in(site), potential.num_data, d,
+                                             values.get("prune_patience", opts.prune_patience) * em_every)
+                if message:
+                    warnings.warn(message, stacklevel=2)
         return values
 
     def initial_radius(self) -> float | Tensor:
@@ -274,11 +291,39 @@ class GroupSparseSGHMC(SGMCMCKernel):
         """A constant inverse temperature :math:`1/T`."""
         return 1.0 / self._temperature, 1.0, math.inf
 
+    def first_pruning(self) -> int:
+        """The first iteration at which a group can be pruned: the first E-step, then ``prune_patience``
+        E-steps below the hard threshold."""
+        return (int(self.rule.em_warmup) + int(self.rule.prune_patience) - 1) * self._em_every + 1
+
     def notes(self) -> dict:
         notes = super().notes()
         if self.options.schedule == "cyclical":
             notes["iterations_per_draw"] = f"{self.thin} cycle(s): draws at cycle ends"
+        if self._keep is not None and self._k:
+            first = self.first_pruning()
+            notes["first_pruning_iteration"] = first
+            if self._k < first:
+                warnings.warn(f"{type(self).__name__}: the run ended at iteration {self._k}, before any group could "
+                              f"be pruned (first E-step at iteration {int(self.rule.em_warmup) * self._em_every + 1}, "
+                              f"then prune_patience={self.rule.prune_patience} E-steps below hard_threshold: "
+                              f"iteration {first}), so the mask keeps every input; run more iterations "
+                              f"(warmup_steps of at least {first})")
+            else:
+                self._warn_undecided()
         return notes
+
+    def _warn_undecided(self) -> None:
+        """One line per grouped site where, at the end, some groups are neither pruned nor in the slab (their
+        mean w^2 between the thresholds at the last E-step): the selection of those inputs is not finished."""
+        for site, slab in zip(self._sites, self._slab):
+            active, in_slab = self._group_counts(site, slab)
+            undecided = int((active - in_slab).max())
+            if undecided:
+                warnings.warn(f"{type(self).__name__}: {site.name}: at the end {undecided} group(s) are neither "
+                              f"pruned nor in the slab (mean w^2 between the hard and the soft threshold): their "
+                              f"selection is not finished; run more iterations (or give more rows) before reading "
+                              f"the mask")
 
     # ------------------------------------------------------------- one step
     def force(self, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:

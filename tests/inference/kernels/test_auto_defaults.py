@@ -4,6 +4,7 @@ and the pruning guard of the group-sparse kernel on a problem where the paper's 
 input (``docs/algorithms.md``, "Data-scaled defaults")."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -11,7 +12,8 @@ import torch
 
 from bnnzoo.data import load
 from bnnzoo.inference import SGHMC, SGHMCSA, SGLD, SGLDSA, BNNPotential, GroupSparseSGHMC, run
-from bnnzoo.inference.group_em import group_sparse_rules, group_step_size_rule, guarded_e_step, threshold_rules
+from bnnzoo.inference.group_em import (group_sparse_rules, group_step_size_rule, guarded_e_step, no_signal_level,
+                                       spike_patience, threshold_rules)
 from bnnzoo.inference.kernels.spike_slab_sa import SGLDSAOptions
 from bnnzoo.inference.stochastic_approximation import sa_sequence_rule, sa_weight
 from bnnzoo.inference.kernels.sgmcmc import fan_in_radius, step_size_rule
@@ -83,6 +85,19 @@ def test_group_step_size_is_set_from_the_mean_loss():
 def test_threshold_rules_are_the_papers_up_to_1000_inputs_then_follow_the_initial_scale():
     assert threshold_rules(12) == threshold_rules(1000) == {"soft_threshold": 1e-2, "hard_threshold": 1e-3}
     assert threshold_rules(10000) == pytest.approx({"soft_threshold": 1e-3, "hard_threshold": 1e-4})
+
+
+@pytest.mark.parametrize("rows, hard", [(1024, 1 / 204.8), (2048, 1 / 409.6), (5120, 1e-3), (20480, 1e-3)])
+def test_the_hard_threshold_is_at_least_the_no_signal_level_of_n_rows(rows, hard):
+    # 1/(2 N d_0): twice the largest mean w^2 a group with no signal keeps under the spike decay d_0 = 0.1
+    assert no_signal_level(rows, 0.1) == pytest.approx(1 / (2 * rows * 0.1))
+    rule = threshold_rules(1000, rows, 0.1)
+    assert rule["hard_threshold"] == pytest.approx(hard)
+    assert rule["soft_threshold"] == 1e-2  # the width's, above the hard threshold at these sizes
+    tiny = threshold_rules(1000, 128, 0.1)  # the level passes the soft threshold too: both at it
+    assert tiny["soft_threshold"] == tiny["hard_threshold"] == pytest.approx(1 / 25.6)
+    assert spike_patience(0.01, 0.1, 2, 5000) == 500  # the E-steps (2 iterations each) in 1/(C_0^2 d_0) iterations
+    assert spike_patience(0.0025, 0.1, 2, 1000) == 500  # ... at most one cycle (1/(C_0^2 d_0) = 4000 here)
 
 
 @pytest.mark.parametrize("epoch, power, paper_scale, warmup, want", [
@@ -231,13 +246,54 @@ def test_an_explicit_sa_option_wins():
 
 
 def test_group_kernel_resolves_its_rules_from_n_and_the_batch():
+    data = load("group_sparse_regression", n_train=6144, p=20)
+    k = GroupSparseSGHMC(BNN(zoo.get("group_sparse_mlp", p=20)), batch_size=1024, step_size=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # enough rows: no warning
+        k.setup(0, data.x_train, data.y_train)
+    assert k.auto_values["cycle_length"] == 1000 and k.schedule.cycle_length == 1000
+    assert k.auto_values["em_warmup"] == 84 and k.rule.em_warmup == 84  # 500 iterations of 6 per E-step
+    assert k.auto_values["prune_patience"] == 17  # 1/C_0^2 = 100 iterations
+    assert k.auto_values["hard_threshold"] == {"layers.0.weight": 1e-3}
+    assert k.first_pruning() == (84 + 17 - 1) * 6 + 1
+
+
+def test_group_kernel_warns_where_the_rows_are_too_few_for_the_layers_threshold():
     data = load("group_sparse_regression", n_train=2048, p=20)
     k = GroupSparseSGHMC(BNN(zoo.get("group_sparse_mlp", p=20)), batch_size=1024, step_size=1e-2)
-    k.setup(0, data.x_train, data.y_train)
-    assert k.auto_values["cycle_length"] == 1000 and k.schedule.cycle_length == 1000
-    assert k.auto_values["em_warmup"] == 250 and k.rule.em_warmup == 250
-    assert k.auto_values["prune_patience"] == 50
-    assert k.auto_values["hard_threshold"] == {"layers.0.weight": 1e-3}
+    with pytest.warns(UserWarning, match=r"N=2048 rows and spike_decay=0.1 a group with no signal .* up to 0.0024 .*"
+                                         r"pruning waits 1000 iterations.* from 5000 rows the layer's own threshold"):
+        k.setup(0, data.x_train, data.y_train)
+    assert k.auto_values["em_warmup"] == 250
+    assert k.auto_values["hard_threshold"] == {"layers.0.weight": pytest.approx(1 / 409.6)}
+    assert k.auto_values["prune_patience"] == 500  # 1/(C_0^2 d_0) = 1000 iterations: the spike's own time
+    explicit = GroupSparseSGHMC(BNN(zoo.get("group_sparse_mlp", p=20)), batch_size=1024, step_size=1e-2,
+                                hard_threshold=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a threshold given: the user chose, no warning, the paper's patience
+        explicit.setup(0, data.x_train, data.y_train)
+    assert explicit.auto_values["prune_patience"] == 50
+
+
+def test_a_run_that_ends_before_any_group_can_be_pruned_warns():
+    data = load("group_sparse_regression", n_train=6144, n_test=16, p=20)
+    with pytest.warns(UserWarning, match=r"the run ended at iteration 20, before any group could be pruned .*"
+                                         r"iteration 601\), so the mask keeps every input"):
+        r = run(zoo.get("group_sparse_mlp", p=20), data, engine="sghmc_group_ss", batch_size=1024, step_size=1e-2,
+                cycle_length=10, warmup_steps=10, num_samples=1, num_chains=1, progress=False)
+    assert r.notes["first_pruning_iteration"] == 601 and r.pruning_mask["layers.0.weight"].all()
+
+
+def test_groups_left_between_the_thresholds_at_the_end_warn():
+    data = load("group_sparse_regression", n_train=64, n_test=16, p=20)
+    # every group below the soft threshold (the spike), none below the hard one (never pruned): all 20 undecided
+    with pytest.warns(UserWarning, match=r"layers.0.weight: at the end 20 group\(s\) are neither pruned nor in the "
+                                         r"slab .* selection is not finished"):
+        r = run(zoo.get("group_sparse_mlp", p=20), data, engine="sghmc_group_ss", step_size=1e-3, soft_threshold=10.0,
+                hard_threshold=0.0, em_warmup=0, em_every=1, prune_patience=1, cycle_length=10, warmup_steps=10,
+                num_samples=1, num_chains=1, progress=False)
+    assert r.sample_stats["slab_groups[layers.0.weight]"][0, -1] == 0
+    assert r.sample_stats["active_groups[layers.0.weight]"][0, -1] == 20
 
 
 # ------------------------------------------------------------ the pruning guard
@@ -262,9 +318,16 @@ def test_the_guard_keeps_the_relevant_groups_the_papers_rule_prunes():
     # relevant groups have not grown past it yet: they are lost for good
     relevant, _ = _kept(dict(em_warmup=50, prune_patience=1, cycle_length=50, step_size=1e-2))
     assert relevant < 3
-    # the defaults: E-steps from max(50 epochs, 500 iterations) on, pruning after 100 iterations below
-    relevant, irrelevant = _kept({})
+    # the guard of the defaults: E-steps from max(50 epochs, 500 iterations) on, pruning after 100 iterations
+    # below (the paper's thresholds given: at 128 rows the defaults raise them to the no-signal level, next test)
+    relevant, irrelevant = _kept(dict(soft_threshold=1e-2, hard_threshold=1e-3))
     assert relevant == 3 and irrelevant < 997  # all relevant kept, and irrelevant ones being pruned
+
+
+def test_the_defaults_warn_at_fewer_rows_than_inputs():
+    # 128 rows, 1000 inputs: the no-signal level 1/(2 N d_0) = 0.039 is above both of the layer's thresholds
+    with pytest.warns(UserWarning, match=r"N=128 rows .* up to 0.039 .* above the layer's hard threshold 0.001"):
+        _kept({}, iterations=1)
 
 
 # ------------------------------------------------------------ robustness cells (slow)

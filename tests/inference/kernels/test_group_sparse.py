@@ -273,8 +273,9 @@ def test_conv_groups_are_pruned_whole(group, index, groups):
                    likelihood=GaussianLikelihood(0.5))
     x, y = torch.randn(16, 2, 5, 5), torch.randn(16)
     potential = BNNPotential(BNN(spec), x, y)
+    # the paper's thresholds (at 16 rows the auto rule raises them to the no-signal level 1/(2 N d_0) = 0.31)
     kernel = GroupSparseSGHMC(potential=potential, em_warmup=0, em_every=1, step_size=1e-4, schedule="constant",
-                              prune_patience=1)
+                              prune_patience=1, soft_threshold=1e-2, hard_threshold=1e-3)
     kernel.setup(0)
     theta = torch.full((1, potential.dim), 0.5)
     where = potential.slices["layers.0.weight"]
