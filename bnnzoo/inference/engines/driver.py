@@ -17,6 +17,7 @@ import warnings
 import torch
 
 from ...models import BNN, Gaussian, GaussianLikelihood
+from ...models.defaults import tensor_defaults
 from ...models.spec import Conv2d
 from ...results import Draws, split_mcmc
 from ..potential import BNNPotential, FlatPotential, initial_theta, make_potential
@@ -118,8 +119,9 @@ def _slow_path_line(model, potential, chains: int, reason: str) -> str:
             f"took {slow * 1e3:.3g} ms")
     spec = model.spec
     likelihood = spec.likelihood if not isinstance(spec.likelihood, GaussianLikelihood) else GaussianLikelihood(0.1)
-    surrogate = BNNPotential(BNN(dataclasses.replace(spec, prior=Gaussian(1.0), priors={}, likelihood=likelihood)),
-                             potential.x, potential.y)
+    with tensor_defaults(potential.device, None):  # the comparison's model on the data's device
+        surrogate = BNNPotential(BNN(dataclasses.replace(spec, prior=Gaussian(1.0), priors={}, likelihood=likelihood)),
+                                 potential.x, potential.y)
     if surrogate.analytic:
         fast = _gradient_seconds(surrogate, chains)
         line += f", about {slow / fast:.1f}x the analytic gradient of the same layers ({fast * 1e3:.3g} ms)"
