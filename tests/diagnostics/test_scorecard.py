@@ -62,8 +62,9 @@ def test_classification_scorecard(bernoulli_run):
 
 
 def test_a_reference_loaded_by_problem_name(bernoulli_run, tmp_path, monkeypatch):
-    import bnnzoo.diagnostics.scorecard as scorecard_module
+    import importlib
 
+    scorecard_module = importlib.import_module("bnnzoo.diagnostics.scorecard")  # the package exports the function
     monkeypatch.setattr(scorecard_module, "REFERENCE_DIR", tmp_path)
     save_reference(tmp_path / "binary.npz", reference_from_run(bernoulli_run, "binary"))
     assert scorecard_module.stored_references() == ["binary"]
@@ -99,7 +100,7 @@ def test_the_shipped_references_belong_to_their_data_sets(problem, task, width):
     assert ref.x.shape == (data.n_test, width)
     if task == "classification":
         assert ref.probs.shape == (data.n_test, data.num_classes)
-        np.testing.assert_allclose(ref.probs.sum(1), 1.0, atol=1e-9)
+        np.testing.assert_allclose(ref.probs.sum(1), 1.0, atol=1e-4)  # float32 probabilities, averaged over the draws
         # the long run predicts better than chance: its most probable class is mostly right
         assert np.mean(ref.probs.argmax(1) == ref.y) > 0.8
     else:
