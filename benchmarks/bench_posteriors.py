@@ -19,7 +19,8 @@ Methods, per problem and seed (the seed of the members, the chains and NumPyro's
   and dropped (``dropped`` in the rows: the gradients of draws run past G).
 * ``numpyro nuts``: NumPyro's NUTS (defaults: target 0.8, diagonal mass) on the same network, its
   C = K M chains (vectorized) started from the same members' points (chains 2..M of a member at its
-  point plus N(0, 1e-3^2) noise, as bnnzoo's ``jitter``), ``--warmup`` warm-up steps, then draws in
+  point plus N(0, 1e-3^2) noise, as bnnzoo's ``jitter``), ``--numpyro-warmup`` warm-up steps (100: its
+  early trees are deep, and 300 steps alone spent 2.4 times a 60000 budget on wine), then draws in
   chunks until the members', warm-up's and draws' gradients reach G (the draws past G dropped, as
   bnnzoo's ``budget`` does). Its wall time is the members' fits plus NumPyro's warm-up and sampling,
   JAX's compilation included. Skipped (with a note) where NumPyro is not installed.
@@ -34,7 +35,7 @@ evaluations (members and all) and the wall time. Every finished row is written t
 them), with the medians over seeds in ``<name>.md``.
 
 Usage: ``python benchmarks/bench_posteriors.py [--problems diabetes breast_cancer wine] [--seeds 0 1 2]
-[--members 4] [--chains 2] [--warmup 300] [--budget 100000] [--skip-numpyro] [--smoke] [--out DIR]
+[--members 4] [--chains 2] [--warmup 300] [--budget 60000] [--skip-numpyro] [--smoke] [--out DIR]
 [--name posteriors]``.
 """
 
@@ -74,7 +75,7 @@ LIKELIHOOD = {"GaussianLikelihood": "gaussian", "Bernoulli": "bernoulli", "Categ
 def settings(args) -> dict:
     """The settings a row depends on (a finished row is reused only under the same ones)."""
     return {k: getattr(args, k) for k in ("members", "chains", "warmup", "budget", "pilot_draws", "draws",
-                                          "mclmc_thin", "numpyro_chunk")}
+                                          "mclmc_thin", "numpyro_chunk", "numpyro_warmup")}
 
 
 def score_row(result, reference, problem: str, method: str, seed: int, wall: float, grads: dict,
@@ -94,10 +95,15 @@ def score_row(result, reference, problem: str, method: str, seed: int, wall: flo
 
 
 def bnnzoo_run(problem, engine, seed, args, num_samples, budget=None):
-    options = {"steps_per_draw": args.mclmc_thin} if engine == "mclmc" else {}
-    return run(PROBLEMS[problem], problem, engine=engine, warm_start="ensemble", num_members=args.members,
-               chains_per_member=args.chains, num_samples=num_samples, warmup_steps=args.warmup, seed=seed,
-               progress=False, threads=1, budget=budget, **options)
+    """An ensemble-started bnnzoo run on the seed-0 split of ``problem`` (the reference's); ``mclmc``
+    thinned by ``mclmc_thin`` integration steps a draw, its warm-up as many integration steps as the
+    others' warm-up transitions (``warmup // mclmc_thin`` iterations)."""
+    options, warmup = {}, args.warmup
+    if engine == "mclmc":
+        options, warmup = {"steps_per_draw": args.mclmc_thin}, max(1, args.warmup // args.mclmc_thin)
+    return run(PROBLEMS[problem], load(problem, seed=0), engine=engine, warm_start="ensemble",
+               num_members=args.members, chains_per_member=args.chains, num_samples=num_samples,
+               warmup_steps=warmup, seed=seed, progress=False, threads=1, budget=budget, **options)
 
 
 def plan_draws(problem, engine, args) -> int:
@@ -159,7 +165,7 @@ def numpyro_row(problem, seed, args, reference, members_run):
     member_grads = int(members_run.grad_evals["members"])
     member_wall = float(sum(m.wall_time for m in members_run.members))
     start = time.perf_counter()
-    mcmc = MCMC(NUTS(model), num_warmup=args.warmup, num_samples=args.numpyro_chunk, num_chains=num_chains,
+    mcmc = MCMC(NUTS(model), num_warmup=args.numpyro_warmup, num_samples=args.numpyro_chunk, num_chains=num_chains,
                 chain_method="vectorized", progress_bar=False)
     mcmc.warmup(jax.random.PRNGKey(seed), x, y, init_params=init, extra_fields=("num_steps",), collect_warmup=True)
     warm = float(np.sum(np.asarray(mcmc.get_extra_fields()["num_steps"])))
@@ -254,12 +260,14 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--members", type=int, default=4)
     parser.add_argument("--chains", type=int, default=2, help="chains per member")
     parser.add_argument("--warmup", type=int, default=300, help="warm-up steps per chain")
-    parser.add_argument("--budget", type=int, default=100_000, help="gradient evaluations per run, all stages")
+    parser.add_argument("--budget", type=int, default=60_000, help="gradient evaluations per run, all stages")
     parser.add_argument("--pilot-draws", type=int, default=20)
     parser.add_argument("--draws", type=int, default=None,
                         help="draws per chain to run for every bnnzoo engine (default: from a pilot run)")
     parser.add_argument("--mclmc-thin", type=int, default=10, help="mclmc's steps_per_draw")
     parser.add_argument("--numpyro-chunk", type=int, default=25, help="NumPyro draws per chunk")
+    parser.add_argument("--numpyro-warmup", type=int, default=100,
+                        help="NumPyro's warm-up steps (its trees are deep early on: 300 took 2.4x the budget on wine)")
     parser.add_argument("--skip-numpyro", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny settings on wine, one seed (for tests)")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -268,6 +276,7 @@ def main(argv=None) -> list[dict]:
     if args.smoke:
         args.problems, args.seeds, args.members, args.chains = ["wine"], [0], 2, 2
         args.warmup, args.budget, args.draws, args.mclmc_thin, args.numpyro_chunk = 30, 8000, 40, 2, 10
+        args.numpyro_warmup = 10
     name = args.name or ("posteriors_smoke" if args.smoke else "posteriors")
     torch.set_num_threads(1)
     notes = ["BlackJAX's MILE (ensemble + MCLMC) is not run by this script."]
@@ -292,7 +301,7 @@ def main(argv=None) -> list[dict]:
     done = {(r["problem"], r["method"], r["seed"]) for r in rows}
     for problem in args.problems:
         reference = load_reference(problem)
-        load(problem)  # the data set's checks before anything runs
+        load(problem, seed=0)  # the data set's checks before anything runs
         plans = {}
         for seed in args.seeds:
             members_run = None

@@ -140,9 +140,10 @@ def check_reference(reference: PredictiveReference, task: str, x_test) -> None:
     x = _as_numpy(x_test).astype(np.float64)
     ref = np.asarray(reference.x, dtype=np.float64)
     if x.shape != ref.shape or not np.allclose(x, ref, rtol=1e-5, atol=1e-5):
-        raise ValueError(f"reference {reference.problem!r}: made at {ref.shape[0]} inputs of width "
-                         f"{ref.shape[1:]}, which are not the run's test inputs {x.shape} (a reference belongs to "
-                         f"one data split: load the data set as the reference was made, {reference.source!r})")
+        what = "other values" if x.shape == ref.shape else f"shape {x.shape}"
+        raise ValueError(f"reference {reference.problem!r}: made at {ref.shape[0]} inputs of shape {ref.shape}, "
+                         f"not the run's test inputs ({what}); a reference belongs to one data split: load the "
+                         f"data as it was made ({reference.source})")
 
 
 def _noise_scale(run, draws: int) -> np.ndarray:
