@@ -36,7 +36,7 @@ them), with the medians over seeds in ``<name>.md``.
 
 Usage: ``python benchmarks/bench_posteriors.py [--problems diabetes breast_cancer wine] [--seeds 0 1 2]
 [--members 4] [--chains 2] [--warmup 300] [--budget 60000] [--skip-numpyro] [--smoke] [--out DIR]
-[--name posteriors]``.
+[--name posteriors] [--retable]``.
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ from bnnzoo.inference import run  # noqa: E402
 from bnnzoo.models import zoo  # noqa: E402
 
 BNNZOO_ENGINES = ("mclmc", "mams", "chees")
+#: the order of the methods in the tables
+METHODS = ["ensemble", *(f"bnnzoo {e}" for e in BNNZOO_ENGINES), "numpyro nuts"]
 LIKELIHOOD = {"GaussianLikelihood": "gaussian", "Bernoulli": "bernoulli", "Categorical": "categorical"}
 
 
@@ -207,7 +209,8 @@ def summarise(rows: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for problem in dict.fromkeys(r["problem"] for r in rows):
         lines = []
-        for method in dict.fromkeys(r["method"] for r in rows if r["problem"] == problem):
+        methods = dict.fromkeys(r["method"] for r in rows if r["problem"] == problem)
+        for method in sorted(methods, key=lambda m: METHODS.index(m) if m in METHODS else len(METHODS)):
             group = [r for r in rows if r["problem"] == problem and r["method"] == method]
             line = {"method": method, "seeds": len(group)}
             for key in MEDIAN:
@@ -224,7 +227,7 @@ def summarise(rows: list[dict]) -> dict[str, list[dict]]:
 
 def report(rows: list[dict], payload: dict) -> str:
     info, s = payload["machine"], payload["settings"]
-    text = [f"# Posteriors at an equal gradient budget\n\n`benchmarks/bench_posteriors.py`: per problem, "
+    text = [f"`benchmarks/bench_posteriors.py`: per problem, "
             f"{s['members']} ensemble members x {s['chains']} chains, warm-up {s['warmup']}, budget {s['budget']} "
             f"gradient evaluations per run (members, warm-up and sampling, all chains); medians over the seeds "
             f"(`rhat_f_within`: the largest over seeds of the largest within-member function-space split R-hat). "
@@ -234,7 +237,7 @@ def report(rows: list[dict], payload: dict) -> str:
     for problem, lines in summarise(rows).items():
         task = tasks.get(problem, "classification" if any("accuracy" in r for r in rows
                                                           if r["problem"] == problem) else "regression")
-        text.append(f"\n## {problem} ({PROBLEMS[problem]})\n\n" + markdown_table(lines, COLUMNS[task]) + "\n")
+        text.append(f"\n**{problem}** ({PROBLEMS[problem]})\n\n" + markdown_table(lines, COLUMNS[task]) + "\n")
     notes = payload.get("notes") or []
     if notes:
         text.append("\n" + "\n".join(f"- {n}" for n in notes) + "\n")
@@ -270,6 +273,7 @@ def main(argv=None) -> list[dict]:
                         help="NumPyro's warm-up steps (its trees are deep early on: 300 took 2.4x the budget on wine)")
     parser.add_argument("--skip-numpyro", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny settings on wine, one seed (for tests)")
+    parser.add_argument("--retable", action="store_true", help="rewrite the markdown from the JSON, run nothing")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default=None, help="results file name (default: posteriors, or posteriors_smoke)")
     args = parser.parse_args(argv)
@@ -278,6 +282,10 @@ def main(argv=None) -> list[dict]:
         args.warmup, args.budget, args.draws, args.mclmc_thin, args.numpyro_chunk = 30, 8000, 40, 2, 10
         args.numpyro_warmup = 10
     name = args.name or ("posteriors_smoke" if args.smoke else "posteriors")
+    if args.retable:
+        payload = json.loads((args.out / f"{name}.json").read_text())
+        (args.out / f"{name}.md").write_text(report(payload["rows"], payload))
+        return payload["rows"]
     torch.set_num_threads(1)
     notes = ["BlackJAX's MILE (ensemble + MCLMC) is not run by this script."]
     have_numpyro = importlib.util.find_spec("numpyro") is not None and not args.skip_numpyro

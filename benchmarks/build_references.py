@@ -101,7 +101,7 @@ def write(rows: list[dict], info: dict, args) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"machine": info, "settings": vars(args), "engine": ENGINE, "rows": rows}
     (RESULTS / "references.json").write_text(json.dumps(payload, indent=2, default=str))
-    text = (f"# Reference posterior predictives\n\nBuilt by `benchmarks/build_references.py`: bnnzoo's `{ENGINE}` "
+    text = (f"Reference posterior predictives, built by `benchmarks/build_references.py`: bnnzoo's `{ENGINE}` "
             f"started from a deep ensemble ({args.members} members x {args.chains} chains, {args.warmup} warm-up + "
             f"{args.draws} draws per chain), stored in `bnnzoo/data/references/<problem>.npz` (test inputs of the "
             f"seed-0 split; class probabilities, or {args.predictive_draws} predictive draws for regression). "

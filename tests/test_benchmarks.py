@@ -72,7 +72,7 @@ def test_bench_posteriors_smoke_without_jax(monkeypatch, tmp_path):
     rows = bench.main(["--smoke", "--skip-numpyro", "--out", str(tmp_path)])
     _check_posterior_rows(rows, ["bnnzoo mclmc", "bnnzoo mams", "bnnzoo chees", "ensemble"], 8000)
     text = (tmp_path / "posteriors_smoke.md").read_text()
-    assert "## wine (wine_mlp)" in text and "NumPyro NUTS skipped (--skip-numpyro)" in text
+    assert "**wine** (wine_mlp)" in text and "NumPyro NUTS skipped (--skip-numpyro)" in text
     import json
 
     assert len(json.loads((tmp_path / "posteriors_smoke.json").read_text())["rows"]) == 4
