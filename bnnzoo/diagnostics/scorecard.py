@@ -132,11 +132,14 @@ def as_reference(reference) -> PredictiveReference | None:
                     f"got {type(reference).__name__}")
 
 
-def check_reference(reference: PredictiveReference, task: str, x_test) -> None:
+def check_reference(reference: PredictiveReference, task: str, x_test=None) -> None:
     """A ``ValueError`` naming the reference unless it is for a ``task`` run whose test inputs are
-    ``x_test`` (its own inputs: a reference is scored where it was made, never on training rows)."""
+    ``x_test`` (its own inputs: a reference is scored where it was made, never on training rows;
+    None: not checked)."""
     if task != reference.task:
         raise ValueError(f"reference {reference.problem!r}: a {reference.task} reference for a {task} run")
+    if x_test is None:
+        return
     x = _as_numpy(x_test).astype(np.float64)
     ref = np.asarray(reference.x, dtype=np.float64)
     if x.shape != ref.shape or not np.allclose(x, ref, rtol=1e-5, atol=1e-5):
@@ -255,11 +258,7 @@ def scorecard(run, x=None, y=None, reference=None, level: float = 0.9, seed: int
     reference = as_reference(reference)
     if reference is not None:
         data = getattr(run, "data", None)
-        if data is not None:
-            check_reference(reference, run.model.task, data.x_test)
-        elif run.model.task != reference.task:
-            raise ValueError(f"reference {reference.problem!r}: a {reference.task} reference for a "
-                             f"{run.model.task} run")
+        check_reference(reference, run.model.task, None if data is None else data.x_test)
     if x is None:
         if reference is not None and reference.y is not None:
             x, y = reference.x, reference.y
