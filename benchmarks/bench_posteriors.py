@@ -15,8 +15,9 @@ Methods, per problem and seed (the seed of the members, the chains and NumPyro's
   num_members=K, chains_per_member=M, budget=G)``: the same members (the members depend on the seed
   only), M chains from each, every stage (members, warm-up, sampling) within G gradient evaluations.
   ``budget`` keeps the draws that G pays for; the number of draws to run is set per problem and
-  engine from a pilot run (seed 0, ``--pilot-draws`` draws; or ``--draws``), so that little is computed
-  and dropped (``dropped`` in the rows: the gradients of draws run past G).
+  engine from a pilot run (seed 0, ``--pilot-draws`` draws; or ``--draws``) with a 20% margin, so that
+  G is spent and little is computed and dropped (``dropped`` in the rows: the gradients of draws run
+  past G; the wall time includes them).
 * ``numpyro nuts``: NumPyro's NUTS (defaults: target 0.8, diagonal mass) on the same network, its
   C = K M chains (vectorized) started from the same members' points (chains 2..M of a member at its
   point plus N(0, 1e-3^2) noise, as bnnzoo's ``jitter``), ``--numpyro-warmup`` warm-up steps (100: its
@@ -69,6 +70,8 @@ from bnnzoo.inference import run  # noqa: E402
 from bnnzoo.models import zoo  # noqa: E402
 
 BNNZOO_ENGINES = ("mclmc", "mams", "chees")
+#: draws planned beyond the pilot's estimate (another seed's warm-up and trajectories differ; budget= drops the rest)
+PLAN_MARGIN = 1.2
 #: the order of the methods in the tables
 METHODS = ["ensemble", *(f"bnnzoo {e}" for e in BNNZOO_ENGINES), "numpyro nuts"]
 LIKELIHOOD = {"GaussianLikelihood": "gaussian", "Bernoulli": "bernoulli", "Categorical": "categorical"}
@@ -118,7 +121,7 @@ def plan_draws(problem, engine, args) -> int:
     if left <= per_draw * chains:
         raise SystemExit(f"--budget {args.budget}: {engine} on {problem} spends {args.budget - left} on members and "
                          f"warm-up; raise --budget")
-    return max(1, math.ceil(1.05 * left / (per_draw * chains)))
+    return max(1, math.ceil(PLAN_MARGIN * left / (per_draw * chains)))
 
 
 def bnnzoo_rows(problem, engine, seed, args, reference, num_samples):
@@ -198,10 +201,10 @@ def numpyro_row(problem, seed, args, reference, members_run):
 # ---------------------------------------------------------------- tables
 
 COLUMNS = {"regression": ["method", "lppd", "rmse", "ece", "coverage", "w2", "tv", "rhat_f_within", "modes",
-                          "grad_total", "wall_s", "seeds"],
+                          "draws", "grad_total", "wall_s", "seeds"],
            "classification": ["method", "lppd", "accuracy", "ece", "agreement", "tv", "rhat_f_within", "modes",
-                              "grad_total", "wall_s", "seeds"]}
-MEDIAN = ("lppd", "rmse", "accuracy", "ece", "coverage", "w2", "tv", "agreement", "grad_total", "wall_s")
+                              "draws", "grad_total", "wall_s", "seeds"]}
+MEDIAN = ("lppd", "rmse", "accuracy", "ece", "coverage", "w2", "tv", "agreement", "draws", "grad_total", "wall_s")
 
 
 def summarise(rows: list[dict]) -> dict[str, list[dict]]:
@@ -230,7 +233,8 @@ def report(rows: list[dict], payload: dict) -> str:
     text = [f"`benchmarks/bench_posteriors.py`: per problem, "
             f"{s['members']} ensemble members x {s['chains']} chains, warm-up {s['warmup']}, budget {s['budget']} "
             f"gradient evaluations per run (members, warm-up and sampling, all chains); medians over the seeds "
-            f"(`rhat_f_within`: the largest over seeds of the largest within-member function-space split R-hat). "
+            f"(`rhat_f_within`: the largest over seeds of the largest within-member function-space split R-hat; "
+            f"`draws`: per chain, kept within the budget). "
             f"Scores against the stored reference predictive (`benchmarks/results/references.md`): `agreement`, "
             f"`tv` (classification), `w2`, `tv` (regression). LPPD per test point; RMSE in standardised units.\n"]
     tasks = payload.get("tasks", {})
@@ -238,7 +242,11 @@ def report(rows: list[dict], payload: dict) -> str:
         task = tasks.get(problem, "classification" if any("accuracy" in r for r in rows
                                                           if r["problem"] == problem) else "regression")
         text.append(f"\n**{problem}** ({PROBLEMS[problem]})\n\n" + markdown_table(lines, COLUMNS[task]) + "\n")
-    notes = payload.get("notes") or []
+    notes = list(payload.get("notes") or [])
+    over = [r for r in rows if r["grad_total"] > s["budget"]]
+    for problem, method in dict.fromkeys((r["problem"], r["method"]) for r in over):
+        seeds = [str(r["seed"]) for r in over if (r["problem"], r["method"]) == (problem, method)]
+        notes.append(f"{method} on {problem}, seed {', '.join(seeds)}: over the budget ({', '.join(str(r['grad_total']) for r in over if (r['problem'], r['method']) == (problem, method))} gradients): its warm-up alone spent more; one draw per chain kept.")
     if notes:
         text.append("\n" + "\n".join(f"- {n}" for n in notes) + "\n")
     text.append(f"\nMeasured {info['date']} on {info['processor']} ({info['cpus']} CPUs, shared with other work; "
@@ -287,7 +295,9 @@ def main(argv=None) -> list[dict]:
         (args.out / f"{name}.md").write_text(report(payload["rows"], payload))
         return payload["rows"]
     torch.set_num_threads(1)
-    notes = ["BlackJAX's MILE (ensemble + MCLMC) is not run by this script."]
+    notes = ["BlackJAX's MILE (ensemble + MCLMC) is not run by this script.",
+             "NumPyro's wall time includes the members' fits and JAX's compilation of its warm-up and sampling "
+             "(a fresh MCMC per seed); bnnzoo's includes the members' fits."]
     have_numpyro = importlib.util.find_spec("numpyro") is not None and not args.skip_numpyro
     if not have_numpyro:
         notes.append("NumPyro NUTS skipped (" + ("--skip-numpyro" if args.skip_numpyro else "not installed") + ").")
