@@ -99,29 +99,31 @@ def score_row(result, reference, problem: str, method: str, seed: int, wall: flo
     return row
 
 
-def bnnzoo_run(problem, engine, seed, args, num_samples, budget=None):
+def bnnzoo_run(problem, engine, seed, args, num_samples, budget=None, warmup=None):
     """An ensemble-started bnnzoo run on the seed-0 split of ``problem`` (the reference's); ``mclmc``
     thinned by ``mclmc_thin`` integration steps a draw, its warm-up as many integration steps as the
     others' warm-up transitions (``warmup // mclmc_thin`` iterations)."""
-    options, warmup = {}, args.warmup
+    options, steps = {}, args.warmup
     if engine == "mclmc":
-        options, warmup = {"steps_per_draw": args.mclmc_thin}, max(1, args.warmup // args.mclmc_thin)
+        options, steps = {"steps_per_draw": args.mclmc_thin}, max(1, args.warmup // args.mclmc_thin)
+    warmup = steps if warmup is None else warmup
     return run(PROBLEMS[problem], load(problem, seed=0), engine=engine, warm_start="ensemble",
                num_members=args.members, chains_per_member=args.chains, num_samples=num_samples,
                warmup_steps=warmup, seed=seed, progress=False, threads=1, budget=budget, **options)
 
 
-def plan_draws(problem, engine, args) -> int:
+def plan_draws(problem, engine, args) -> tuple[int | None, str | None]:
     """Draws per chain to run so that the budget is about spent: from a pilot run's gradients per draw
-    and warm-up (seed 0, ``pilot_draws`` draws)."""
+    and warm-up (seed 0, ``pilot_draws`` draws); None and a note where the members and warm-up alone
+    spend the budget."""
     pilot = bnnzoo_run(problem, engine, 0, args, args.pilot_draws)
     chains = pilot.num_chains
     per_draw = pilot.grad_evals["sampling"] / (chains * pilot.num_draws)
     left = args.budget - pilot.grad_evals["members"] - pilot.grad_evals["warmup"]
     if left <= per_draw * chains:
-        raise SystemExit(f"--budget {args.budget}: {engine} on {problem} spends {args.budget - left} on members and "
-                         f"warm-up; raise --budget")
-    return max(1, math.ceil(PLAN_MARGIN * left / (per_draw * chains)))
+        return None, (f"bnnzoo {engine} on {problem}: not run, its members and warm-up alone took "
+                      f"{args.budget - left:.0f} gradient evaluations in the pilot (budget {args.budget}).")
+    return max(1, math.ceil(PLAN_MARGIN * left / (per_draw * chains))), None
 
 
 def bnnzoo_rows(problem, engine, seed, args, reference, num_samples):
@@ -326,10 +328,17 @@ def main(argv=None) -> list[dict]:
             for engine in BNNZOO_ENGINES:
                 others = ("ensemble", "numpyro nuts") if have_numpyro else ("ensemble",)
                 need_members = members_run is None and any((problem, m, seed) not in done for m in others)
-                if (problem, f"bnnzoo {engine}", seed) in done and not need_members:
+                if (problem, f"bnnzoo {engine}", seed) in done:
+                    if need_members:  # the members alone (they depend on the seed only), for the other rows
+                        members_run = bnnzoo_run(problem, engine, seed, args, 1, warmup=1)
                     continue
                 if engine not in plans:
-                    plans[engine] = args.draws or plan_draws(problem, engine, args)
+                    plans[engine], note = (args.draws, None) if args.draws else plan_draws(problem, engine, args)
+                    if note:
+                        print(note, flush=True)
+                        payload["notes"].append(note)
+                if plans[engine] is None:
+                    continue
                 row, result = bnnzoo_rows(problem, engine, seed, args, reference, plans[engine])
                 members_run = members_run or result
                 if (problem, row["method"], seed) not in done:

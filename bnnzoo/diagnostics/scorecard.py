@@ -23,7 +23,9 @@ predictive samples):
   (Izmailov et al., ICML 2021, "What are Bayesian neural network posteriors really like?");
 * regression: ``w2``, the 1-D Wasserstein-2 distance of the predictive at each input (from
   samples: quantiles at :math:`u_j = (j + 1/2)/J`, :math:`J = 100`) averaged over inputs, and
-  ``tv`` of the histograms of both samples on 20 common bins (quantiles of the pooled samples).
+  ``tv`` of the histograms of both samples on 20 common bins (quantiles of the pooled samples). The
+  run's samples are one ``y`` per draw, or, where it has fewer draws than the reference has samples
+  (an ensemble alone, a short run), as many as the reference's, its draws taken with replacement.
 
 A predictive equal to the reference gives ``agreement`` 1, ``tv`` 0 and ``w2`` 0.
 """
@@ -287,7 +289,10 @@ def scorecard(run, x=None, y=None, reference=None, level: float = 0.9, seed: int
             probs_ref = _class_probs(predictive_means(model, run.samples, reference.x).mean((0, 1)))
             out.update(reference_scores(model.task, reference, probs=probs_ref))
         else:
+            # one y per draw, or (fewer draws than the reference has samples: an ensemble alone, a short
+            # run) as many as the reference, the draws taken with replacement
+            more = None if s >= len(reference.samples) else len(reference.samples)
             out.update(reference_scores(model.task, reference,
-                                        samples=predictive_samples(run, reference.x, seed=seed)))
+                                        samples=predictive_samples(run, reference.x, more, seed=seed)))
     return out
 

@@ -107,3 +107,20 @@ def test_the_shipped_references_belong_to_their_data_sets(problem, task, width):
         assert ref.samples.shape[1] == data.n_test and 100 <= ref.samples.shape[0] <= 1000
         # predictive mean against the standardised target: better than predicting 0 (rmse about 1)
         assert np.sqrt(np.mean((ref.samples.mean(0) - ref.y) ** 2)) < 0.9
+
+
+def test_a_run_of_few_draws_is_scored_with_as_many_samples_as_the_reference(rwmh_run):
+    """An ensemble alone has K draws: its regression predictive is sampled as often as the reference's
+    (a K-sample histogram against a 400-sample one would measure the sample sizes, not the predictives)."""
+    import dataclasses
+
+    ref = reference_from_run(rwmh_run, "cosine", num_samples=400)
+    few = dataclasses.replace(rwmh_run, samples={k: v[:1, :4] for k, v in rwmh_run.samples.items()})
+    card = scorecard(few, reference=ref)
+    from bnnzoo.diagnostics.scorecard import predictive_samples
+
+    drawn = predictive_samples(few, ref.x, 400, seed=0)  # 400 draws of y from the 4-draw mixture
+    assert drawn.shape == (400, len(ref.x))
+    assert card["w2"] == pytest.approx(wasserstein2(drawn, ref.samples))
+    assert card["tv"] == pytest.approx(total_variation(drawn, ref.samples, kind="samples"))
+    assert card["tv"] < total_variation(predictive_samples(few, ref.x, seed=0), ref.samples, kind="samples")
