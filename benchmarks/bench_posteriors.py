@@ -90,7 +90,7 @@ def score_row(result, reference, problem: str, method: str, seed: int, wall: flo
     row = {"problem": problem, "method": method, "seed": seed, "chains": result.num_chains,
            "draws": result.num_draws, "grad_members": int(grads.get("members", 0)),
            "grad_total": int(grads.get("total", 0)), "wall_s": wall, **card, "note": note}
-    if per_member:
+    if per_member and result.num_draws >= 4:  # fewer draws: no split R-hat, no modes to tell apart
         mixing = member_mixing(result)
         row.update(rhat_f_within=mixing["rhat_f_within_max"], ess_f_within=mixing["ess_f_within_min"],
                    modes=mixing["modes"], within_modes=mixing["converged_within_modes"])
