@@ -17,6 +17,10 @@ import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
+#: the posterior benchmark's problems: data set (and stored reference) -> zoo network
+PROBLEMS = {"diabetes": "diabetes_mlp", "breast_cancer": "breast_cancer_mlp", "wine": "wine_mlp",
+            "digits": "digits_mlp"}
+
 
 def add_device_argument(parser: argparse.ArgumentParser) -> None:
     """``--device``: where bnnzoo computes (``cpu``, ``cuda``, ``cuda:N``; default cpu), checked at once."""

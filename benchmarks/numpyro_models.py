@@ -43,6 +43,8 @@ def mlp_model(widths: list[int], activation: str, likelihood: str, noise: float 
         with numpyro.plate("data", x.shape[0]):
             if likelihood == "gaussian":
                 numpyro.sample("obs", ndist.Normal(f[:, 0], noise), obs=y)
+            elif likelihood == "bernoulli":
+                numpyro.sample("obs", ndist.Bernoulli(logits=f[:, 0]), obs=y)
             else:
                 numpyro.sample("obs", ndist.Categorical(logits=f), obs=y)
 

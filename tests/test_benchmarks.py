@@ -3,6 +3,7 @@
 import importlib
 from pathlib import Path
 
+import pytest
 import torch
 
 from bnnzoo.inference.potential import analytic
@@ -63,3 +64,46 @@ def test_bench_pyro_vectorized_times_both_paths_and_scores_a_run(monkeypatch):
     assert row["model"] == "eight schools" and row["engine"] == "bnnzoo chees, 8 chains"
     assert row["batching"] == "plate" and row["draws"] == 64
     assert row["wall_s"] > 0 and row["ess_min"] > 0 and row["rhat_max"] > 0
+
+
+def _bench_posteriors(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    return importlib.import_module("bench_posteriors")
+
+
+def _check_posterior_rows(rows, methods, budget):
+    import math
+
+    assert [r["method"] for r in rows] == methods
+    members = rows[0]["grad_members"]
+    for r in rows:
+        assert r["problem"] == "wine" and r["seed"] == 0 and math.isfinite(r["lppd"]) and r["lppd"] < 0
+        assert 0.0 <= r["agreement"] <= 1.0 and 0.0 <= r["tv"] <= 1.0 and 0.0 <= r["accuracy"] <= 1.0
+        assert r["grad_members"] == members > 0  # the same members for every method
+    for r in rows:
+        if r["method"].startswith("bnnzoo"):  # within the budget, and judged within each member
+            assert members < r["grad_total"] <= budget and math.isfinite(r["rhat_f_within"])
+    ensemble = rows[methods.index("ensemble")]
+    assert ensemble["grad_total"] == members and ensemble["draws"] == 2  # the 2 members, nothing sampled
+
+
+def test_bench_posteriors_smoke_without_jax(monkeypatch, tmp_path):
+    """``bench_posteriors --smoke``: every bnnzoo method and the ensemble alone on wine, scored
+    against the stored reference, at the smoke budget; the rows and the table written to disk."""
+    bench = _bench_posteriors(monkeypatch)
+    rows = bench.main(["--smoke", "--skip-numpyro", "--out", str(tmp_path)])
+    _check_posterior_rows(rows, ["bnnzoo mclmc", "bnnzoo mams", "bnnzoo chees", "ensemble"], 8000)
+    text = (tmp_path / "posteriors_smoke.md").read_text()
+    assert "**wine** (wine_mlp)" in text and "NumPyro NUTS skipped (--skip-numpyro)" in text
+    import json
+
+    assert len(json.loads((tmp_path / "posteriors_smoke.json").read_text())["rows"]) == 4
+
+
+@pytest.mark.slow
+def test_bench_posteriors_smoke_with_numpyro(monkeypatch, tmp_path):
+    """The same with NumPyro's NUTS started from the same members (its JAX compilation takes minutes)."""
+    pytest.importorskip("numpyro")
+    bench = _bench_posteriors(monkeypatch)
+    rows = bench.main(["--smoke", "--out", str(tmp_path)])
+    _check_posterior_rows(rows, ["bnnzoo mclmc", "bnnzoo mams", "bnnzoo chees", "ensemble", "numpyro nuts"], 8000)

@@ -36,6 +36,13 @@ def _studies(session, tmp_path):
     assert len(list((tmp_path / "out" / "sweep_python").glob("*.nc"))) == 6
 
 
+def _posteriors(session):
+    card, alone, table = session["card"], session["alone"], session["table"]
+    assert 0.0 <= card["agreement"] <= 1.0 and 0.0 <= card["tv"] <= 1.0 and card["lppd"] < 0
+    assert 0.0 <= alone["agreement"] <= 1.0 and alone["lppd"] < 0
+    assert 0.0 <= table.loc["chees", "agreement"] <= 1.0 and table.loc["chees", "members"] == 2
+
+
 #: what a page's blocks promise in their comments, checked after they ran
 PROMISES = {
     "get-started.md": lambda s, tmp: _table(s),
@@ -43,6 +50,7 @@ PROMISES = {
     "guide/studies.md": _studies,
     "guide/models.md": lambda s, tmp: s["model"].num_params == 151 and "rleu" in s["message"],
     "guide/devices.md": lambda s, tmp: str(s["r64"].data.x_train.dtype) == "torch.float64",
+    "guide/posteriors.md": lambda s, tmp: _posteriors(s),
     "guide/diagnostics.md": lambda s, tmp: {"posterior", "log_likelihood"} <= set(groups(s["idata"])),
     "papers/paper003.md": lambda s, tmp: 0.0 <= s["curve"].optimal_acceptance <= 1.0,
     "papers/paper001.md": lambda s, tmp: s["r"].inclusion_prob["layers.0.weight"].shape[-1] == 1000,

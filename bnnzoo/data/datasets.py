@@ -362,14 +362,15 @@ def _check_digit_classes(classes: Sequence[int] | None) -> tuple[int, ...]:
 
 
 def _stratified_split(
-    x: np.ndarray, y: np.ndarray, test_size: float | int, seed: int, what: str
+    x: np.ndarray, y: np.ndarray, test_size: float | int, seed: int, what: str, dataset: str = "digits",
+    stratify: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     from sklearn.model_selection import train_test_split
 
     try:
-        return train_test_split(x, y, test_size=test_size, stratify=y, random_state=seed)
+        return train_test_split(x, y, test_size=test_size, stratify=y if stratify else None, random_state=seed)
     except ValueError as err:
-        raise ValueError(f"dataset 'digits': cannot split with {what}: {err}") from None
+        raise ValueError(f"dataset {dataset!r}: cannot split with {what}: {err}") from None
 
 
 @register("digits")
@@ -445,3 +446,72 @@ def digits(
         len(keep),
         meta,
     )
+
+
+# ----------------------------------------------------------------------------
+# scikit-learn's bundled tabular data sets (no download)
+
+
+def _sklearn_tabular(name: str, bunch, task: str, seed: int, test_fraction: float) -> Dataset:
+    """A seeded train/test split of a scikit-learn bunch (stratified for classification), the
+    features standardised with the training split's mean and std (and the regression target
+    too), the scaling in ``meta``."""
+    test_fraction = _real(name, "test_fraction", test_fraction, 0.0, 1.0, "neither")
+    x, y = bunch.data.astype(np.float64), bunch.target
+    classification = task == "classification"
+    x_tr, x_te, y_tr, y_te = _stratified_split(x, y, test_fraction, _sub_seed(seed, 0),
+                                               f"test_fraction={test_fraction}", name, stratify=classification)
+    mean, std = x_tr.mean(axis=0), x_tr.std(axis=0)
+    std[std == 0] = 1.0
+    meta: dict[str, Any] = {"mean": mean, "std": std, "feature_names": [str(f) for f in bunch.feature_names],
+                            "test_fraction": test_fraction, "seed": seed}
+    x_tr, x_te = _as_float((x_tr - mean) / std), _as_float((x_te - mean) / std)
+    if classification:
+        meta["class_names"] = [str(c) for c in bunch.target_names]
+        num_classes = len(bunch.target_names)
+        return Dataset(name, task, x_tr, torch.as_tensor(y_tr, dtype=torch.int64), x_te,
+                       torch.as_tensor(y_te, dtype=torch.int64), num_classes, meta)
+    y_mean, y_std = float(y_tr.mean()), float(y_tr.std())
+    meta.update(y_mean=y_mean, y_std=y_std)
+    return Dataset(name, task, x_tr, _as_float((y_tr - y_mean) / y_std), x_te, _as_float((y_te - y_mean) / y_std),
+                   None, meta)
+
+
+@register("diabetes")
+def diabetes(seed: int = 0, test_fraction: float = 0.2) -> Dataset:
+    """scikit-learn's diabetes regression (442 patients, 10 features, disease progression after a
+    year), split at random into train and test (``test_fraction``).
+
+    Features and target are standardised with the training split's mean and std: ``meta`` holds
+    ``mean``, ``std`` (numpy ``[10]``), ``y_mean`` and ``y_std`` (a prediction ``y`` is
+    ``y * y_std + y_mean`` in the original units) and ``feature_names``.
+    """
+    from sklearn.datasets import load_diabetes
+
+    return _sklearn_tabular("diabetes", load_diabetes(scaled=False), "regression", seed, test_fraction)
+
+
+@register("breast_cancer")
+def breast_cancer(seed: int = 0, test_fraction: float = 0.2) -> Dataset:
+    """scikit-learn's Wisconsin breast-cancer classification (569 tumours, 30 features, 2 classes:
+    ``0`` malignant, ``1`` benign), a stratified train/test split (``test_fraction``).
+
+    Features are standardised with the training split's mean and std (``meta``: ``mean``, ``std``,
+    ``feature_names``, ``class_names``).
+    """
+    from sklearn.datasets import load_breast_cancer
+
+    return _sklearn_tabular("breast_cancer", load_breast_cancer(), "classification", seed, test_fraction)
+
+
+@register("wine")
+def wine(seed: int = 0, test_fraction: float = 0.2) -> Dataset:
+    """scikit-learn's wine classification (178 wines, 13 chemical features, 3 cultivars), a
+    stratified train/test split (``test_fraction``).
+
+    Features are standardised with the training split's mean and std (``meta``: ``mean``, ``std``,
+    ``feature_names``, ``class_names``).
+    """
+    from sklearn.datasets import load_wine
+
+    return _sklearn_tabular("wine", load_wine(), "classification", seed, test_fraction)

@@ -23,7 +23,9 @@ predictive samples):
   (Izmailov et al., ICML 2021, "What are Bayesian neural network posteriors really like?");
 * regression: ``w2``, the 1-D Wasserstein-2 distance of the predictive at each input (from
   samples: quantiles at :math:`u_j = (j + 1/2)/J`, :math:`J = 100`) averaged over inputs, and
-  ``tv`` of the histograms of both samples on 20 common bins (quantiles of the pooled samples).
+  ``tv`` of the histograms of both samples on 20 common bins (quantiles of the pooled samples). The
+  run's samples are one ``y`` per draw, or, where it has fewer draws than the reference has samples
+  (an ensemble alone, a short run), as many as the reference's, its draws taken with replacement.
 
 A predictive equal to the reference gives ``agreement`` 1, ``tv`` 0 and ``w2`` 0.
 """
@@ -40,8 +42,9 @@ from scipy.special import ndtr
 from .predictive import (_as_numpy, _class_probs, _labels, accuracy, expected_calibration_error, logsumexp,
                          pointwise_log_likelihood, predictive_means, rmse)
 
-__all__ = ["REFERENCE_DIR", "PredictiveReference", "calibration_error_pit", "load_reference", "predictive_samples",
-           "reference_from_run", "reference_scores", "save_reference", "scorecard", "total_variation", "wasserstein2"]
+__all__ = ["REFERENCE_DIR", "PredictiveReference", "as_reference", "calibration_error_pit", "check_reference",
+           "load_reference", "predictive_samples", "reference_from_run", "reference_scores", "save_reference",
+           "scorecard", "stored_references", "total_variation", "wasserstein2"]
 
 #: quantile grid of W2 and bins of the regression TV
 QUANTILES, BINS = 100, 20
@@ -97,6 +100,11 @@ def save_reference(path, reference: PredictiveReference) -> Path:
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "data" / "references"
 
 
+def stored_references() -> list[str]:
+    """The problems whose reference is stored in :data:`REFERENCE_DIR`."""
+    return sorted(p.stem for p in REFERENCE_DIR.glob("*.npz")) if REFERENCE_DIR.exists() else []
+
+
 def load_reference(path_or_problem) -> PredictiveReference:
     """Read a reference written by :func:`save_reference`: a path, or the name of a benchmark problem
     whose reference is stored in :data:`REFERENCE_DIR` (a ``FileNotFoundError`` naming it when there is none)."""
@@ -104,7 +112,7 @@ def load_reference(path_or_problem) -> PredictiveReference:
     if not path.exists() and path.suffix != ".npz":
         path = REFERENCE_DIR / f"{path_or_problem}.npz"
         if not path.exists():
-            stored = sorted(p.stem for p in REFERENCE_DIR.glob("*.npz")) if REFERENCE_DIR.exists() else []
+            stored = stored_references()
             raise FileNotFoundError(f"reference {path_or_problem!r}: no stored reference predictive (stored: "
                                     f"{', '.join(stored) or 'none'}); make one with reference_from_run() and "
                                     f"save_reference()")
@@ -112,6 +120,35 @@ def load_reference(path_or_problem) -> PredictiveReference:
         get = lambda k: f[k] if k in f.files else None  # noqa: E731
         return PredictiveReference(problem=str(f["problem"]), task=str(f["task"]), x=f["x"], probs=get("probs"),
                                    samples=get("samples"), y=get("y"), source=str(f["source"]))
+
+
+def as_reference(reference) -> PredictiveReference | None:
+    """``reference`` as a :class:`PredictiveReference`: one already, a stored problem's name or a
+    ``.npz`` path (:func:`load_reference`), or None."""
+    if reference is None or isinstance(reference, PredictiveReference):
+        return reference
+    if isinstance(reference, (str, Path)):
+        return load_reference(reference)
+    stored = ", ".join(stored_references()) or "none stored"
+    raise TypeError(f"reference: a PredictiveReference, a problem name ({stored}) or a .npz path; "
+                    f"got {type(reference).__name__}")
+
+
+def check_reference(reference: PredictiveReference, task: str, x_test=None) -> None:
+    """A ``ValueError`` naming the reference unless it is for a ``task`` run whose test inputs are
+    ``x_test`` (its own inputs: a reference is scored where it was made, never on training rows;
+    None: not checked)."""
+    if task != reference.task:
+        raise ValueError(f"reference {reference.problem!r}: a {reference.task} reference for a {task} run")
+    if x_test is None:
+        return
+    x = _as_numpy(x_test).astype(np.float64)
+    ref = np.asarray(reference.x, dtype=np.float64)
+    if x.shape != ref.shape or not np.allclose(x, ref, rtol=1e-5, atol=1e-5):
+        what = "other values" if x.shape == ref.shape else f"shape {x.shape}"
+        raise ValueError(f"reference {reference.problem!r}: made at {ref.shape[0]} inputs of shape {ref.shape}, "
+                         f"not the run's test inputs ({what}); a reference belongs to one data split: load the "
+                         f"data as it was made ({reference.source})")
 
 
 def _noise_scale(run, draws: int) -> np.ndarray:
@@ -205,10 +242,12 @@ def reference_from_run(run, problem: str, x=None, y=None, num_samples: int | Non
                                source=source)
 
 
-def scorecard(run, x=None, y=None, reference: PredictiveReference | None = None, level: float = 0.9,
-              seed: int = 0) -> dict[str, float]:
+def scorecard(run, x=None, y=None, reference=None, level: float = 0.9, seed: int = 0) -> dict[str, float]:
     """The scorecard of a run on held-out ``(x, y)`` (default: the test split; with a reference
-    that holds targets, its inputs and targets), against ``reference`` when given (module docstring).
+    that holds targets, its inputs and targets), against ``reference`` when given (module docstring):
+    a :class:`PredictiveReference`, the name of a stored problem (``"diabetes"``,
+    :func:`stored_references`) or a ``.npz`` path. The reference must be for the run's task and, when
+    the run has data, made at its test inputs (:func:`check_reference`).
 
     Returns
     -------
@@ -218,6 +257,10 @@ def scorecard(run, x=None, y=None, reference: PredictiveReference | None = None,
     """
     if (x is None) != (y is None):
         raise ValueError("scorecard: give both x and y, or neither")
+    reference = as_reference(reference)
+    if reference is not None:
+        data = getattr(run, "data", None)
+        check_reference(reference, run.model.task, None if data is None else data.x_test)
     if x is None:
         if reference is not None and reference.y is not None:
             x, y = reference.x, reference.y
@@ -246,7 +289,10 @@ def scorecard(run, x=None, y=None, reference: PredictiveReference | None = None,
             probs_ref = _class_probs(predictive_means(model, run.samples, reference.x).mean((0, 1)))
             out.update(reference_scores(model.task, reference, probs=probs_ref))
         else:
+            # one y per draw, or (fewer draws than the reference has samples: an ensemble alone, a short
+            # run) as many as the reference, the draws taken with replacement
+            more = None if s >= len(reference.samples) else len(reference.samples)
             out.update(reference_scores(model.task, reference,
-                                        samples=predictive_samples(run, reference.x, seed=seed)))
+                                        samples=predictive_samples(run, reference.x, more, seed=seed)))
     return out
 

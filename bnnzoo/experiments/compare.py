@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..diagnostics.members import member_mixing
 from ..diagnostics.predictive import predictive_metrics
-from ..diagnostics.scorecard import scorecard
+from ..diagnostics.scorecard import PredictiveReference, as_reference, check_reference, scorecard
 from ..diagnostics.summary import mixing, never_moved
 from ..inference import check_run
 from ..inference.checkpoint import CHECKPOINT_SECONDS
@@ -40,6 +40,9 @@ COLUMNS = {
     "regression": _HEAD + ["rmse", "nll", "ece", "coverage"] + _TAIL,
     "classification": _HEAD + ["accuracy", "ece", "nll"] + _TAIL,
 }
+#: the columns a comparison against a reference predictive adds after the test metrics
+#: (:mod:`bnnzoo.diagnostics.scorecard`): test LPPD, and the scores against the reference
+REFERENCE_COLUMNS = {"regression": ["lppd", "w2", "tv"], "classification": ["lppd", "agreement", "tv"]}
 
 #: the rule for a converged MCMC row: split R-hat of lp and of f at most RHAT_LISTED, bulk ESS of
 #: both at least ESS_MIN, divergences at most DIVERGENCE_FRACTION of the draws, no failed chain.
@@ -105,16 +108,19 @@ def _engine_items(engines: Iterable) -> list[tuple[str, str, dict[str, Any]]]:
     return [(label, kind, options) for label, (_, kind, options) in zip(labels, items)]
 
 
-def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
+def _row(label: str, kind: str, result: Run, reference: PredictiveReference | None = None) -> dict[str, Any]:
     stats = result.sample_stats or {}
     row: dict[str, Any] = {
         "engine": label, "kind": kind, "chains": result.num_chains, "draws": result.num_draws,
         "wall_time_s": float(result.wall_time), "_mcmc": result.kind == "mcmc",
     }
     row.update(predictive_metrics(result))
-    if result.model.task == "regression":  # the scorecard's calibration of the predictive CDF (PIT)
-        card = scorecard(result)
-        row.update(ece=card["ece"], coverage=card["coverage"])
+    if result.model.task == "regression" or reference is not None:
+        card = scorecard(result, reference=reference)
+        if result.model.task == "regression":  # the scorecard's calibration of the predictive CDF (PIT)
+            row.update(ece=card["ece"], coverage=card["coverage"])
+        if reference is not None:
+            row.update({c: card[c] for c in REFERENCE_COLUMNS[result.model.task]})
     acceptance = stats.get("acceptance_rate")
     row["acceptance"] = float(np.mean(acceptance)) if acceptance is not None else math.nan
     target = (result.options or {}).get("target_accept")
@@ -151,25 +157,49 @@ def _row(label: str, kind: str, result: Run) -> dict[str, Any]:
     return row
 
 
-def comparison_row(cell: Cell, result: Run) -> dict[str, Any]:
-    """The row of one cell of a comparison (a study's row function)."""
-    return _row(cell.label, cell.engine, result)
+def comparison_row(cell: Cell, result: Run, reference: PredictiveReference | None = None) -> dict[str, Any]:
+    """The row of one cell of a comparison (a study's row function); scored against ``reference``
+    too when given."""
+    return _row(cell.label, cell.engine, result, reference)
+
+
+class ReferenceRow:
+    """The row function of a comparison against a reference predictive: :func:`comparison_row` with
+    ``reference`` (its name, in the studies' fingerprints, tells such rows from plain ones)."""
+
+    def __init__(self, reference: PredictiveReference):
+        self.reference = reference
+        self.__qualname__ = f"comparison_row[reference={reference.problem}]"
+
+    def __call__(self, cell: Cell, result: Run) -> dict[str, Any]:
+        return comparison_row(cell, result, self.reference)
+
+
+def columns_of(rows: list[dict]) -> list[str]:
+    """The table columns of comparison rows: their task's, with the reference columns after the
+    test metrics where the rows were scored against a reference."""
+    task = "classification" if "accuracy" in rows[0] else "regression"
+    columns = list(COLUMNS[task])
+    if "tv" in rows[0]:
+        at = columns.index("acceptance")
+        columns[at:at] = REFERENCE_COLUMNS[task]
+    return columns
 
 
 def ranked_table(rows: list[dict]) -> pd.DataFrame:
     """The table of comparison rows (:func:`comparison_row`), ranked, with the columns of their task."""
     rows = [dict(r) for r in rows]
     _rank(rows)
-    task = "classification" if "accuracy" in rows[0] else "regression"
     table = pd.DataFrame(rows).set_index("engine", drop=False)
     table.index.name = "label"
-    return table[COLUMNS[task]]
+    return table[columns_of(rows)]
 
 
 def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 500, warmup_steps: int = 500,
             num_chains: int | None = None, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = True,
             checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
-            threads="auto", dtype=None, device=None, executor="inprocess") -> tuple[pd.DataFrame, dict[str, Run]]:
+            threads="auto", dtype=None, device=None, executor="inprocess",
+            reference=None) -> tuple[pd.DataFrame, dict[str, Run]]:
     """Run several engines on the same model and data; one row per engine.
 
     Parameters
@@ -206,6 +236,13 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
     executor : "inprocess", "ray" or an executor
         Where the engines run (:mod:`bnnzoo.experiments.executors`): one after another in this
         process, or as Ray tasks side by side (each on one thread); the same draws either way.
+    reference : str, path or PredictiveReference, optional
+        A reference posterior predictive (:mod:`bnnzoo.diagnostics.scorecard`): the name of a stored
+        problem (``"diabetes"``, ``"breast_cancer"``, ``"wine"``: a long ensemble-started NUTS run on the
+        zoo network of that name, at the data set's seed-0 test split), a ``.npz`` path, or one in memory.
+        It is loaded and checked against the data (task, test inputs) before any engine runs; each row
+        then gains ``lppd`` (test log pointwise predictive density per point) and its scores against the
+        reference: ``agreement`` and ``tv`` (classification) or ``w2`` and ``tv`` (regression).
 
     Returns
     -------
@@ -238,11 +275,15 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
             check_run(kind, **{**common, **options})
         except ValueError as err:
             raise ValueError(f"engines[{i}] ({kind}): {err}") from None
+    reference = as_reference(reference)
     cells = [Cell(label, kind, {**common, **options}) for label, kind, options in items]
-    study = Study(cells, data, model_or_spec, row=comparison_row, table=ranked_table,
+    row = comparison_row if reference is None else ReferenceRow(reference)
+    study = Study(cells, data, model_or_spec, row=row, table=ranked_table,
                   table_name="comparison.csv", out=checkpoint, resume=resume, executor=executor, name="compare",
                   progress=progress, threads=threads, dtype=dtype, device=device, checkpoint_every=checkpoint_every,
                   checkpoint_seconds=checkpoint_seconds)
+    if reference is not None:  # before any engine runs
+        check_reference(reference, study.model.task, study.data.x_test)
     try:
         finished = study.run()
     except KeyboardInterrupt as stop:  # hand on what finished
@@ -258,7 +299,7 @@ def _runs(study: Study, finished: list[Finished]) -> dict[str, Run]:
 
 
 # ------------------------------------------------------------------ table
-_DECIMALS = {"wall_time_s": 2, "rmse": 4, "nll": 4, "accuracy": 4, "ece": 4, "coverage": 3, "acceptance": 3, "target_accept": 3,
+_DECIMALS = {"wall_time_s": 2, "rmse": 4, "nll": 4, "lppd": 4, "agreement": 4, "tv": 4, "w2": 4, "accuracy": 4, "ece": 4, "coverage": 3, "acceptance": 3, "target_accept": 3,
              "elbo": 1,
              "rhat_lp": 3, "rhat_f_max": 3, "rhat_w_max": 3, "rhat_lp_within": 3, "rhat_f_within": 3,
              "nrhat_lp": 3, "nrhat_f_max": 3, "ess_per_s": 2}

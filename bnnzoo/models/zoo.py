@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .errors import choose
-from .likelihoods import Categorical, GaussianLikelihood
+from .likelihoods import Bernoulli, Categorical, GaussianLikelihood
 from .priors import Gaussian, GroupSpikeAndSlab, Laplace, SpikeAndSlab
 from .spec import BNNSpec, Conv2d, Dense
 
@@ -55,6 +55,34 @@ def digits_mlp(hidden: int = 128, activation: str = "relu", prior=None) -> BNNSp
     return BNNSpec(
         layers=[Dense(hidden, activation), Dense(hidden, activation), Dense(10)], input_dim=64,
         prior=prior or Gaussian(1.0), likelihood=Categorical(), name="digits_mlp",
+    )
+
+
+@register
+def diabetes_mlp(hidden: int = 32, activation: str = "tanh", prior=None, noise: float = 0.7) -> BNNSpec:
+    """10-h-1 MLP for scikit-learn's diabetes regression (standardised target). The noise sd is
+    fixed: 0.7, about the residual sd of a linear fit on the standardised target (R^2 near 0.5)."""
+    return BNNSpec(
+        layers=[Dense(hidden, activation), Dense(1)], input_dim=10,
+        prior=prior or Gaussian(1.0), likelihood=GaussianLikelihood(noise), name="diabetes_mlp",
+    )
+
+
+@register
+def breast_cancer_mlp(hidden: int = 16, activation: str = "tanh", prior=None) -> BNNSpec:
+    """30-h-1 MLP with a Bernoulli likelihood for scikit-learn's breast-cancer classification."""
+    return BNNSpec(
+        layers=[Dense(hidden, activation), Dense(1)], input_dim=30,
+        prior=prior or Gaussian(1.0), likelihood=Bernoulli(), name="breast_cancer_mlp",
+    )
+
+
+@register
+def wine_mlp(hidden: int = 16, activation: str = "tanh", prior=None) -> BNNSpec:
+    """13-h-3 MLP for scikit-learn's wine classification (3 cultivars)."""
+    return BNNSpec(
+        layers=[Dense(hidden, activation), Dense(3)], input_dim=13,
+        prior=prior or Gaussian(1.0), likelihood=Categorical(), name="wine_mlp",
     )
 
 

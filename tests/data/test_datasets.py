@@ -12,7 +12,8 @@ import torch
 
 from bnnzoo.data import DATASETS, Dataset, check_data, load
 
-BUILTIN = ["cosine", "linear_p1000", "digits", "group_sparse_regression", "group_sparse_classification"]
+BUILTIN = ["cosine", "linear_p1000", "digits", "group_sparse_regression", "group_sparse_classification", "diabetes",
+           "breast_cancer", "wine"]
 
 
 # ----------------------------------------------------------------------------
@@ -20,13 +21,13 @@ BUILTIN = ["cosine", "linear_p1000", "digits", "group_sparse_regression", "group
 
 
 def test_registry_names():
-    assert sorted(DATASETS) == ["cosine", "csv", "digits", "group_sparse_classification", "group_sparse_regression",
-                               "linear_p1000"]
+    assert sorted(DATASETS) == ["breast_cancer", "cosine", "csv", "diabetes", "digits", "group_sparse_classification",
+                               "group_sparse_regression", "linear_p1000", "wine"]
 
 
 def test_unknown_name_lists_valid_names():
-    msg = ("dataset 'cosin': unknown name; choose one of cosine, csv, digits, group_sparse_classification, "
-           "group_sparse_regression, linear_p1000")
+    msg = ("dataset 'cosin': unknown name; choose one of breast_cancer, cosine, csv, diabetes, digits, "
+           "group_sparse_classification, group_sparse_regression, linear_p1000, wine")
     with pytest.raises(ValueError, match=re.escape(msg)):
         load("cosin")
 
@@ -55,6 +56,10 @@ def test_bad_seed(seed):
         ("digits", {"classes": (1, 10)}, r"got \(1, 10\)"),
         ("group_sparse_regression", {"p": 4}, r"p must be >= 5"),
         ("group_sparse_classification", {"n_test": 0}, r"n_test must be a positive integer"),
+        ("diabetes", {"test_fraction": 0.0}, r"dataset 'diabetes': test_fraction must be in \(0.0, 1.0\); got 0.0"),
+        ("breast_cancer", {"test_fraction": 1.5}, r"dataset 'breast_cancer': test_fraction must be in"),
+        ("wine", {"test_fraction": "a"}, r"dataset 'wine': test_fraction"),
+        ("wine", {"test_fraction": 0.005}, r"dataset 'wine': cannot split with test_fraction=0.005"),
     ],
 )
 def test_bad_option_values(name, kw, match):
@@ -74,6 +79,9 @@ def test_bad_option_values(name, kw, match):
         ("digits", "classification", 1437, 360, 64, 10),
         ("group_sparse_regression", "regression", 10240, 1024, 1000, None),
         ("group_sparse_classification", "classification", 10240, 1024, 1000, 2),
+        ("diabetes", "regression", 353, 89, 10, None),
+        ("breast_cancer", "classification", 455, 114, 30, 2),
+        ("wine", "classification", 142, 36, 13, 3),
     ],
 )
 def test_shapes_and_dtypes(name, task, n_train, n_test, d, num_classes):
@@ -236,6 +244,46 @@ def test_digits_class_subset_relabels_in_given_order():
         originals = {tuple(row) for row in images[labels == digit].astype(int)}
         rows = pixels[data.y_train.numpy() == label]
         assert all(tuple(row) in originals for row in rows)
+
+
+# ----------------------------------------------------------------------------
+# scikit-learn's tabular data sets
+
+
+def _assert_standardised(x: torch.Tensor) -> None:
+    x = x.double()
+    torch.testing.assert_close(x.mean(0), torch.zeros(x.shape[1], dtype=torch.float64), atol=1e-5, rtol=0)
+    torch.testing.assert_close(x.std(0, unbiased=False), torch.ones(x.shape[1], dtype=torch.float64), atol=1e-4,
+                               rtol=0)
+
+
+def test_diabetes_standardised_with_its_scaling_recorded():
+    from sklearn.datasets import load_diabetes
+
+    data = load("diabetes")
+    _assert_standardised(data.x_train)
+    _assert_standardised(data.y_train[:, None])
+    raw_x, raw_y = load_diabetes(return_X_y=True, scaled=False)
+    # back in the original units, every row is one of scikit-learn's
+    y = data.y_test.double().numpy() * data.meta["y_std"] + data.meta["y_mean"]
+    x = data.x_test.double().numpy() * data.meta["std"] + data.meta["mean"]
+    raw, back = np.column_stack([raw_x, raw_y]), np.column_stack([x, y])
+    nearest = np.abs(back[:, None, :] - raw[None, :, :]).max(-1).min(1)  # float32 round-off only
+    assert nearest.max() < 1e-3
+    assert data.n_train + data.n_test == len(raw_y)
+
+
+@pytest.mark.parametrize("name, counts", [("breast_cancer", (212, 357)), ("wine", (59, 71, 48))])
+def test_tabular_classification_stratified_and_standardised(name, counts):
+    data = load(name, seed=1)
+    _assert_standardised(data.x_train)
+    total = torch.bincount(torch.cat([data.y_train, data.y_test]), minlength=len(counts))
+    assert total.tolist() == list(counts)
+    share_train = torch.bincount(data.y_train).double() / data.n_train
+    share_test = torch.bincount(data.y_test).double() / data.n_test
+    assert (share_train - share_test).abs().max() < 0.05  # stratified
+    assert len(data.meta["class_names"]) == data.num_classes == len(counts)
+    assert data.x_test.double().mean(0).abs().max() > 1e-3  # test set scaled by the training split's statistics
 
 
 # ----------------------------------------------------------------------------

@@ -113,3 +113,39 @@ def test_only_converged_rows_are_ranked_and_the_best_has_rhat_below_1_01():
     ranks = {r["engine"]: r["rank"] for r in rows}
     assert math.isnan(ranks["fast_unconverged"]) and [ranks[k] for k in ("listed", "best", "slow")] == [1, 2, 3]
     assert [r["engine"] for r in rows if r["note"] == "best"] == ["best"]
+
+
+@pytest.mark.parametrize("problem", ["classification", "regression"])
+def test_compare_against_a_reference_equal_to_its_predictive(problem, bernoulli_run, cosine):
+    from bnnzoo.diagnostics.scorecard import PredictiveReference, reference_from_run
+
+    model, data = (bernoulli_run.model, bernoulli_run.data) if problem == "classification" else \
+        (zoo.cosine_mlp(hidden=4), cosine)
+    settings = dict(engines=["rwmh"], num_samples=20, warmup_steps=20, num_chains=2, seed=3, progress=False)
+    _, runs = compare(model, data, **settings)
+    # the same engine, seed and data give the same draws: their predictive is the reference's
+    ref = reference_from_run(runs["rwmh"], "toy", num_samples=None)
+    table, _ = compare(model, data, reference=ref, **settings)
+    row = table.loc["rwmh"]
+    assert row["lppd"] == pytest.approx(-row["nll"])
+    if problem == "classification":
+        assert row["agreement"] == 1.0 and row["tv"] == pytest.approx(0.0, abs=1e-12)
+        assert list(table.columns[5:10]) == ["accuracy", "ece", "nll", "lppd", "agreement"]
+    else:
+        assert row["w2"] == 0.0 and row["tv"] == 0.0
+        assert list(table.columns[5:12]) == ["rmse", "nll", "ece", "coverage", "lppd", "w2", "tv"]
+    assert "| lppd" in format_table(table) or " lppd " in format_table(table)
+    # a reference of other inputs, another task, a name with no stored file: refused before any engine runs
+    elsewhere = PredictiveReference("elsewhere", ref.task, x=data.x_train.numpy(), probs=ref.probs,
+                                    samples=ref.samples)
+    with pytest.raises(ValueError, match="reference 'elsewhere': made at .* not the run's test inputs"):
+        compare(model, data, reference=elsewhere, **settings)
+    other = "regression" if problem == "classification" else "classification"
+    wrong = PredictiveReference("wrong", other, x=ref.x, probs=np.full((len(ref.x), 2), 0.5),
+                                samples=np.zeros((5, len(ref.x))))
+    with pytest.raises(ValueError, match=f"reference 'wrong': a {other} reference for a {problem} run"):
+        compare(model, data, reference=wrong, **settings)
+    with pytest.raises(FileNotFoundError, match="reference 'no_such_problem': no stored reference predictive"):
+        compare(model, data, reference="no_such_problem", **settings)
+    with pytest.raises(TypeError, match="reference: a PredictiveReference, a problem name"):
+        compare(model, data, reference=3, **settings)

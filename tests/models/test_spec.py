@@ -401,9 +401,10 @@ def test_spec_from():
 
 
 def test_zoo_registry():
-    assert sorted(zoo.ZOO) == ["cosine_mlp", "digits_mlp", "group_sparse_mlp", "laplace_cnn", "sparse_linear"]
-    with raises("model: unknown zoo model 'cosine'; choose one of cosine_mlp, digits_mlp, group_sparse_mlp, "
-                "laplace_cnn, sparse_linear"):
+    assert sorted(zoo.ZOO) == ["breast_cancer_mlp", "cosine_mlp", "diabetes_mlp", "digits_mlp", "group_sparse_mlp",
+                               "laplace_cnn", "sparse_linear", "wine_mlp"]
+    with raises("model: unknown zoo model 'cosine'; choose one of breast_cancer_mlp, cosine_mlp, diabetes_mlp, "
+                "digits_mlp, group_sparse_mlp, laplace_cnn, sparse_linear, wine_mlp"):
         zoo.get("cosine")
     assert zoo.get("cosine_mlp") is not zoo.get("cosine_mlp")  # a fresh spec each time
     small = zoo.get("cosine_mlp", hidden=7, activation="relu")
