@@ -35,50 +35,18 @@ from pathlib import Path
 import arviz as az
 import numpy as np
 import pyro
-import pyro.distributions as dist
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine, markdown_table, time_call, write_results  # noqa: E402
 import numpyro_models as npm  # noqa: E402
+from pyro_models import (eight_schools, logistic_broadcasting, logistic_matmul,  # noqa: E402
+                         schools_data)
 
 from bnnzoo.inference import MCMC, ChEESHMC  # noqa: E402
 from bnnzoo.inference.potential import PyroPotential, initial_theta  # noqa: E402
 
 MAX_RHAT, MIN_ESS = 1.1, 100
-SIGMA = [15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0]
-Y = [28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]
-
-
-def eight_schools(sigma, y=None):
-    """Non-centred eight schools."""
-    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
-    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
-    with pyro.plate("schools", sigma.shape[0]):
-        theta_tilde = pyro.sample("theta_tilde", dist.Normal(0.0, 1.0))
-        pyro.sample("obs", dist.Normal(mu + tau * theta_tilde, sigma), obs=y)
-
-
-def logistic_broadcasting(x, y=None):
-    """Bayesian logistic regression written with Pyro's broadcasting."""
-    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
-    b = pyro.sample("b", dist.Normal(0.0, 1.0))
-    with pyro.plate("data", x.shape[0]):
-        pyro.sample("obs", dist.Bernoulli(logits=(x * w).sum(-1) + b), obs=y)
-
-
-def logistic_matmul(x, y=None):
-    """The same with ``x @ w`` (one chain's shapes)."""
-    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
-    b = pyro.sample("b", dist.Normal(0.0, 1.0))
-    with pyro.plate("data", x.shape[0]):
-        pyro.sample("obs", dist.Bernoulli(logits=x @ w + b), obs=y)
-
-
-def schools_data():
-    return torch.tensor(SIGMA), torch.tensor(Y)
-
-
 def breast_cancer():
     from sklearn.datasets import load_breast_cancer
 

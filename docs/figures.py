@@ -22,7 +22,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -44,22 +43,12 @@ def figure_scripts() -> list[str]:
 
 
 def machine() -> dict:
-    """What the figures were drawn on."""
-    info = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "python": platform.python_version()}
-    try:
-        with open("/proc/cpuinfo") as fh:
-            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
-        if names:
-            info["processor"] = names[0]
-    except OSError:
-        pass
-    try:
-        import torch
+    """What the figures were drawn on: the benchmarks' record of the machine
+    (:func:`benchmarks/common.machine`) and the load average."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from common import machine as measured_on
 
-        info["torch"] = torch.__version__
-    except ImportError:
-        pass
+    info = {k: v for k, v in measured_on().items() if k not in ("device", "date", "torch_threads")}
     try:
         info["load_average"] = [round(x, 2) for x in os.getloadavg()]
     except OSError:

@@ -13,36 +13,8 @@ import torch
 from pyro import poutine
 
 from bnnzoo.inference import MCMC, ChEESHMC
+from benchmarks.pyro_models import eight_schools, logistic_broadcasting, logistic_matmul, schools_data
 from bnnzoo.inference.potential import PyroPotential, initial_theta
-
-SIGMA = torch.tensor([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
-Y = torch.tensor([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-
-
-def eight_schools(sigma, y=None):
-    """Non-centred eight schools."""
-    mu = pyro.sample("mu", dist.Normal(0.0, 5.0))
-    tau = pyro.sample("tau", dist.HalfCauchy(5.0))
-    with pyro.plate("schools", sigma.shape[0]):
-        theta_tilde = pyro.sample("theta_tilde", dist.Normal(0.0, 1.0))
-        pyro.sample("obs", dist.Normal(mu + tau * theta_tilde, sigma), obs=y)
-
-
-def logistic_broadcasting(x, y=None):
-    """Logistic regression written for Pyro's broadcasting (a chain plate fits it)."""
-    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
-    b = pyro.sample("b", dist.Normal(0.0, 1.0))
-    with pyro.plate("data", x.shape[0]):
-        pyro.sample("obs", dist.Bernoulli(logits=(x * w).sum(-1) + b), obs=y)
-
-
-def logistic_matmul(x, y=None):
-    """The same with ``x @ w``: one chain's shapes only (vmap fits it, a chain plate does not)."""
-    w = pyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
-    b = pyro.sample("b", dist.Normal(0.0, 1.0))
-    with pyro.plate("data", x.shape[0]):
-        pyro.sample("obs", dist.Bernoulli(logits=x @ w + b), obs=y)
-
 
 def constrained(y):
     """Constrained sites of several transforms: positive (HalfCauchy, LogNormal), unit interval
@@ -117,7 +89,7 @@ def _assert_batched_equals_loop(model, args, batching, rtol):
 
 
 @pytest.mark.parametrize("model, data, batching", [
-    (eight_schools, lambda: (SIGMA.double(), Y.double()), "plate"),
+    (eight_schools, lambda: schools_data(torch.float64), "plate"),
     (logistic_broadcasting, _logistic_data, "plate"),
     (logistic_matmul, _logistic_data, "vmap"),
     (constrained, lambda: (torch.tensor([0.3, -0.5, 1.2, 0.8]),), None),
@@ -134,7 +106,7 @@ def test_batched_value_and_gradient_equal_the_per_chain_loop(float64, model, dat
 
 
 def test_eight_schools_is_batched_in_float32_too():
-    x, y = SIGMA.float(), Y.float()
+    x, y = schools_data(torch.float32)
     batched, loop = PyroPotential(eight_schools, (x, y)), PyroPotential(eight_schools, (x, y), vectorize=False)
     theta = _points(batched).float()
     value, grad = batched.value_and_grad(theta)
@@ -145,7 +117,7 @@ def test_eight_schools_is_batched_in_float32_too():
 
 
 def test_a_non_finite_chain_is_nan_and_leaves_the_others_alone(float64):
-    args = (SIGMA.double(), Y.double())
+    args = schools_data(torch.float64)
     pot, loop = PyroPotential(eight_schools, args), PyroPotential(eight_schools, args, vectorize=False)
     theta = _points(pot)
     pot.value_and_grad(theta)  # decide on finite points
@@ -196,7 +168,7 @@ def test_a_subsampled_model_is_batched_on_its_full_data_and_its_shared_minibatch
 
 
 def test_one_chain_uses_pyros_own_potential(float64):
-    pot = PyroPotential(eight_schools, (SIGMA.double(), Y.double()))
+    pot = PyroPotential(eight_schools, schools_data(torch.float64))
     theta = _points(pot, chains=1)
     value, grad = pot.value_and_grad(theta)
     assert pot.chain_batching is None  # nothing to batch: not decided
@@ -210,7 +182,7 @@ def test_an_mcmc_run_records_how_its_chains_were_batched(float64):
     pyro.set_rng_seed(0)
     mcmc = MCMC(ChEESHMC(eight_schools), num_samples=10, warmup_steps=10, num_chains=4,
                 chain_method="vectorized", disable_progbar=True)
-    mcmc.run(SIGMA.double(), Y.double())
+    mcmc.run(*schools_data(torch.float64))
     assert mcmc.kernel.potential.chain_batching == "plate"
     assert to_inference_data(mcmc).posterior.attrs["chain_batching"].startswith("4 chains in one trace")
 
@@ -218,7 +190,7 @@ def test_an_mcmc_run_records_how_its_chains_were_batched(float64):
 def test_chees_on_eight_schools_draws_what_the_per_chain_loop_draws(float64):
     """The chain plate computes eight schools' potential with the loop's numbers, so a run at a
     fixed seed draws the same values bit for bit on either."""
-    args = (SIGMA.double(), Y.double())
+    args = schools_data(torch.float64)
     draws = []
     for vectorize in (True, False):
         pyro.set_rng_seed(3)
