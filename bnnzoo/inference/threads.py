@@ -41,10 +41,13 @@ __all__ = ["LOAD_TTL", "LOAD_WINDOW", "SMALL_WORK", "busy_cores", "busy_note", "
 
 #: multiply-adds per batched gradient below which one thread is used: below it (the demo's 16
 #: chains of a 1-10-1 MLP, 50 thousand) a second thread did not pay on an idle 2-core machine,
-#: for the gradient alone or a whole batched-NUTS run; above it (the cosine MLP with 32 chains)
-#: it did, and at 8 chains of the cosine MLP (120 thousand) the two run about even
-#: (``benchmarks/bench_threads.py``; docs/performance.md, "Threads")
-SMALL_WORK = 100_000
+#: for the gradient alone or a whole batched-NUTS run; at 8 chains of the cosine MLP (120
+#: thousand) the two ran about even on an idle machine and one thread was 1.7-1.9x faster with
+#: a core busy; above it (the cosine MLP with 32 chains, 483 thousand) a second thread paid on
+#: an idle machine (``benchmarks/bench_threads.py``; docs/performance.md, "Threads"). Since the
+#: count does not follow the load, work that ties on an idle machine takes the one thread that
+#: does not lose on a busy one
+SMALL_WORK = 250_000
 #: seconds over which :func:`busy_cores` measures the other processes' CPU use
 LOAD_WINDOW = 0.1
 #: seconds a reading of :func:`busy_cores` is reused for
