@@ -79,10 +79,9 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         #: the hand-written backward (:func:`~bnnzoo.inference.potential.analytic.dense_value_and_grads`);
         #: False forces autograd
         self.analytic = bool(analytic) and self._plan is not None
+        # slow_path (set by the plan): why the gradient runs on autograd, a phrase; None on the analytic path
         if not analytic and self.slow_path is None:
             self.slow_path = "analytic=False"
-        #: why the gradient runs on autograd (the slow path), a phrase; None on the analytic path
-        self.slow_path: str | None = self.slow_path
         #: True when the analytic path has compiled graphs (not for a likelihood with parameters of
         #: its own, a learned noise: that path runs eagerly)
         self.compilable = self.analytic and self._graph_loss is not None
