@@ -171,11 +171,11 @@ def wanted(only: str, fn, arguments) -> bool:
 def warning_kinds(text) -> str:
     """The run-time warnings of one run, by kind: ``rows`` (too few rows for the layer's threshold: raised to
     the no-signal level), ``short`` (the run ended before any group could be pruned), ``open`` (groups neither
-    pruned nor in the slab at the end), ``-`` none."""
+    pruned nor in the slab at the end), ``signal`` (pruned groups the data still pull away from zero), ``-`` none."""
     if not isinstance(text, str) or not text:
         return "-"
     kinds = [k for k, key in (("rows", "a group with no signal"), ("short", "before any group could be pruned"),
-                              ("open", "selection is not finished")) if key in text]
+                              ("open", "selection is not finished"), ("signal", "data still pull away")) if key in text]
     return "+".join(kinds) or "other"
 
 
@@ -190,7 +190,8 @@ def table(rows: list[dict], out: Path) -> str:
              "inputs kept per seed; test error (regressions: MSE, floor = noise variance; classification: "
              "accuracy) mean ± sd over seeds; wall time per run (mean); the run-time warnings per seed (`rows`: "
              "too few rows for the layer's threshold, `short`: the run ended before any group could be pruned, "
-             "`open`: groups neither pruned nor in the slab at the end, `-`: none; texts below).", "",
+             "`open`: groups neither pruned nor in the slab at the end, `signal`: pruned groups the data still pull "
+             "away from zero, `-`: none; texts below).", "",
              "| problem | N | noise | relevant kept | irrelevant kept | exact | test error | floor | s/run | warning |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     keys = ["problem", "n_train", "noise"]

@@ -41,7 +41,7 @@ from .vi.optim import closure_loss
 
 __all__ = ["GroupSparseOptions", "GroupSparseSGHMCOptimizer", "e_step", "em_due", "group_sparse_rules",
            "group_sparse_sghmc_update", "group_step_size_rule", "guarded_e_step", "no_signal_level",
-           "small_data_warning", "spike_patience", "threshold_rules"]
+           "pruned_score_test", "small_data_warning", "spike_patience", "threshold_rules"]
 
 Tensor = torch.Tensor
 
@@ -214,6 +214,44 @@ def no_signal_level(num_data: int, spike_decay: float) -> float:
     """:math:`1/(2 N d_0)`: the mean w^2 below which a group under the spike decay :math:`d_0` cannot be told
     from one with no signal after N rows (:func:`threshold_rules`)."""
     return 1.0 / (2.0 * num_data * spike_decay)
+
+
+#: row batches of the pruned groups' score test (:func:`pruned_score_test`), and its family-wise level
+SCORE_BATCHES, SCORE_LEVEL = 64, 0.01
+
+
+def pruned_score_test(batch_scores: Tensor) -> tuple[Tensor, Tensor]:
+    r"""A score (Lagrange multiplier) test of pruned groups: does the data still pull a pruned group's
+    weights away from zero?
+
+    ``batch_scores`` ``[K, ..., p]``: for each of K disjoint batches of the training rows, the gradient of
+    the batch's log likelihood with respect to a group's p weights, at a point where the group is pruned
+    (held at zero). For an input with no effect on the response, the K batch sums are independent with mean
+    zero (the input is independent of everything the rest of the network computes), so Hotelling's
+    statistic :math:`T^2 = K\bar s^\top S^{+}\bar s` (:math:`\bar s` the mean, S the sample covariance of
+    the batch sums, r its rank) gives :math:`\frac{K - r}{r (K - 1)} T^2 \sim F(r, K - r)`. An input with
+    an effect that the pruning removed leaves residuals that move with it: every batch pulls the same way
+    and the statistic is large. The covariance across the group's weights matters: a column's weights share
+    one residual, so the per-weight statistics are correlated and their plain sum is not :math:`\chi^2_p`.
+
+    Returns ``(statistic, p_value)``, each ``[...]``; a group whose batch sums are all zero (every unit it
+    feeds dead) has statistic 0 and p-value 1. The rank is taken per group; a group needs K > r + 1.
+    """
+    from scipy.stats import f as f_distribution
+
+    k = batch_scores.shape[0]
+    s = batch_scores.to(torch.float64)
+    mean = s.mean(0)
+    centred = s - mean
+    cov = torch.einsum("k...p,k...q->...pq", centred, centred) / (k - 1)
+    inverse = torch.linalg.pinv(cov, hermitian=True)
+    rank = torch.linalg.matrix_rank(cov, hermitian=True)
+    t2 = k * torch.einsum("...p,...pq,...q->...", mean, inverse, mean)
+    r = rank.clamp_min(1).to(torch.float64)
+    ok = (rank > 0) & (rank < k - 1)
+    f = torch.where(ok, (k - r) / (r * (k - 1)) * t2, torch.zeros_like(t2))
+    p = f_distribution.sf(f.cpu().numpy(), r.cpu().numpy(), (k - r).clamp_min(1).cpu().numpy())
+    return torch.where(ok, t2, torch.zeros_like(t2)), torch.where(ok, torch.as_tensor(p, device=t2.device), 1.0)
 
 
 def em_due(iteration: int, every: int, warmup: int) -> bool:

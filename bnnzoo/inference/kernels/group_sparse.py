@@ -50,7 +50,10 @@ the log density under the *model's* priors, as for SGLD/SGHMC), ``diverging``,
 ``sparsity`` (fraction of the grouped weights pruned), and per grouped site
 ``active_groups[<site>]`` (groups not pruned) and ``slab_groups[<site>]`` (groups
 in the slab). A chain whose step is not finite keeps its point and state and
-counts a divergence. The final masks are in ``Run.pruning_mask``.
+counts a divergence. The final masks are in ``Run.pruning_mask``. At the end, a score test asks the
+training data whether any pruned group still carries signal (an input pruned before its effect was
+learned); such groups are named in a warning and in ``Run.notes["pruned_with_signal"]``
+(:func:`~bnnzoo.inference.group_em.pruned_score_test`).
 
 The same update for a plain ``torch.nn.Module``: :class:`~bnnzoo.inference.group_em.GroupSparseSGHMCOptimizer`.
 
@@ -71,8 +74,9 @@ import pyro
 import torch
 
 from ...models.priors import GroupSpikeAndSlab, group_dims
-from ..group_em import (GroupSparseOptions, em_due, group_sparse_rules, group_step_size_rule, guarded_e_step,
-                        small_data_warning, spike_patience, threshold_rules)
+from ..group_em import (SCORE_BATCHES, SCORE_LEVEL, GroupSparseOptions, em_due, group_sparse_rules,
+                        group_step_size_rule, guarded_e_step, pruned_score_test, small_data_warning, spike_patience,
+                        threshold_rules)
 from ..options import choice, integer, option, positive
 from ..potential import BNNPotential
 from ..sgmcmc import AUTO, SCHEDULES
@@ -197,6 +201,7 @@ class GroupSparseSGHMC(SGMCMCKernel):
         self._decay: Tensor | None = None  # [C, D] weight decay per coordinate
         self._keep: Tensor | None = None  # [C, D] hard mask (False: pruned)
         self._below: Tensor | None = None  # [C, D] E-steps in a row below the hard threshold (per group)
+        self._last_theta: Tensor | None = None  # [C, D] the last draw
 
     def check_potential(self, potential) -> None:
         super().check_potential(potential)
@@ -311,6 +316,8 @@ class GroupSparseSGHMC(SGMCMCKernel):
                               f"(warmup_steps of at least {first})")
             else:
                 self._warn_undecided()
+            if self._last_theta is not None:
+                notes["pruned_with_signal"] = self._check_pruned(self._last_theta)
         return notes
 
     def _warn_undecided(self) -> None:
@@ -325,7 +332,57 @@ class GroupSparseSGHMC(SGMCMCKernel):
                               f"selection is not finished; run more iterations (or give more rows) before reading "
                               f"the mask")
 
+    def _check_pruned(self, theta: Tensor) -> dict[str, list[list[int]]]:
+        """The groups pruned at the end whose weights the data still pull away from zero
+        (:func:`~bnnzoo.inference.group_em.pruned_score_test` on :data:`SCORE_BATCHES` batches of the training
+        rows at the last draw, Bonferroni over each chain's pruned groups at level :data:`SCORE_LEVEL`), per
+        grouped site and chain; one warning per site that has any."""
+        x, y = self.potential.x, self.potential.y
+        k = min(SCORE_BATCHES, x.shape[0])
+        edges = [round(i * x.shape[0] / k) for i in range(k + 1)]
+        columns = torch.cat([torch.arange(self.potential.dim, device=theta.device)[s.index] for s in self._sites])
+        scores = torch.stack([self._log_likelihood(theta, x[a:b], y[a:b])[1][:, columns]
+                              for a, b in zip(edges[:-1], edges[1:])])
+        found, start = {}, 0
+        for site in self._sites:
+            size = math.prod(site.shape)
+            site_scores = self._groups(scores[..., start:start + size], site)  # [K, C, G, p]
+            start += size
+            pruned = ~self._groups(self._keep[:, site.index], site).any(-1)  # [C, G]
+            p_value = pruned_score_test(site_scores)[1]
+            level = SCORE_LEVEL / pruned.sum(-1, keepdim=True).clamp_min(1)
+            flagged = pruned & (p_value < level)
+            found[site.name] = [torch.nonzero(row).flatten().tolist() for row in flagged]
+            if flagged.any():
+                chains = "; ".join(f"chain {c}: group(s) {', '.join(map(str, g))}"
+                                   for c, g in enumerate(found[site.name]) if g)
+                warnings.warn(f"{type(self).__name__}: {site.name}: pruned group(s) that the data still pull away "
+                              f"from zero at the end ({chains}; score test at level {SCORE_LEVEL:g} over the pruned "
+                              f"groups): they were likely pruned before their effect was learned, so the mask "
+                              f"misses them; rerun with a larger prune_patience or em_warmup (or a lower "
+                              f"hard_threshold)")
+        return found
+
+    def _groups(self, x: Tensor, site: GroupSite) -> Tensor:
+        """``[..., C, site size]`` -> ``[..., C, groups, weights per group]`` (groups in the order of the
+        site's dims outside a group, as ``pruning_mask`` reads them)."""
+        lead, rank = x.shape[:-1], len(site.shape)
+        between = [d for d in range(rank) if d - rank not in site.within]
+        inside = [d for d in range(rank) if d - rank in site.within]
+        x = x.reshape(lead + site.shape).permute(*range(len(lead)), *(len(lead) + d for d in between + inside))
+        return x.reshape(lead + (math.prod(site.shape[d] for d in between), -1))
+
     # ------------------------------------------------------------- one step
+    def _log_likelihood(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, dict, Tensor]:
+        """The log likelihood of the rows ``x, y`` per chain ``[C]``, its gradient ``[C, D]``, and the
+        constrained values and log-Jacobian at ``theta``."""
+        theta = theta.detach().requires_grad_(True)
+        with torch.enable_grad(), pyro.validation_enabled(False):
+            values, log_det = self.potential.constrained_values(theta)
+            log_lik = self.potential.model.log_likelihood(values, x, y).sum(-1)
+            (grad,) = torch.autograd.grad(log_lik.sum(), theta)
+        return log_lik.detach(), grad, values, log_det
+
     def force(self, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
         """``(U estimate [C], g [C, D])``: g is the gradient of the mean minibatch negative
         log likelihood; U adds the model's log prior on a draw's last iteration only
@@ -333,12 +390,8 @@ class GroupSparseSGHMC(SGMCMCKernel):
         potential = self.potential
         x, y, scale = minibatch_data(potential, rows)
         batch = potential.num_data if rows is None else rows.shape[-1]
-        theta = theta.detach().requires_grad_(True)
-        with torch.enable_grad(), pyro.validation_enabled(False):
-            values, log_det = potential.constrained_values(theta)
-            log_lik = potential.model.log_likelihood(values, x, y).sum(-1)
-            (grad,) = torch.autograd.grad(log_lik.sum(), theta)
-        value = -scale * log_lik.detach()
+        log_lik, grad, values, log_det = self._log_likelihood(theta, x, y)
+        value = -scale * log_lik
         if self._last_iteration:
             with torch.no_grad(), pyro.validation_enabled(False):
                 values = {k: v.detach() for k, v in values.items()}
@@ -388,6 +441,7 @@ class GroupSparseSGHMC(SGMCMCKernel):
         return active, slab
 
     def draw_stats(self, theta: Tensor) -> dict[str, Tensor]:
+        self._last_theta = theta  # the score test of the pruned groups at the end (notes())
         keep = torch.cat([self._keep[:, s.index] for s in self._sites], -1)
         stats = {"sparsity": (~keep).to(torch.get_default_dtype()).mean(-1)}
         for site, slab in zip(self._sites, self._slab):

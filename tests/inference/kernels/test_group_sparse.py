@@ -287,3 +287,47 @@ def test_conv_groups_are_pruned_whole(group, index, groups):
     pruned[index] = True
     assert (weight[pruned] == 0).all() and (weight[~pruned] != 0).all()
     assert float(kernel.draw_stats(theta)["active_groups[layers.0.weight]"][0]) == groups - 1
+
+
+# ------------------------------------------------ pruned groups that still carry signal
+def test_pruned_score_test_is_calibrated_under_no_signal_and_finds_signal():
+    """Hotelling's test on batch sums: exact for Gaussian sums, so under no signal the p-values are uniform
+    (also with the weights of a group correlated, as a column's weights are); a mean pull is found; a group
+    whose sums are all zero (dead units) is not tested."""
+    from bnnzoo.inference.group_em import SCORE_LEVEL, pruned_score_test
+
+    generator = torch.Generator().manual_seed(0)
+    k, groups, p = 64, 4000, 4
+    shared = torch.randn(k, groups, 1, generator=generator)
+    null = shared + 0.5 * torch.randn(k, groups, p, generator=generator)  # correlated within a group
+    p_value = pruned_score_test(null)[1]
+    for level in (0.01, 0.05, 0.5):
+        rate = float((p_value < level).double().mean())
+        assert abs(rate - level) < 4 * math.sqrt(level * (1 - level) / groups), (level, rate)
+    pulled = null[:, :10] + 1.0  # every batch pulled the same way by about one batch sd
+    assert (pruned_score_test(pulled)[1] < SCORE_LEVEL / 1000).all()  # found among 1000 pruned groups
+    statistic, p_value = pruned_score_test(torch.zeros(k, 3, p))
+    assert statistic.tolist() == [0.0] * 3 and p_value.tolist() == [1.0] * 3
+
+
+def test_a_pruned_input_with_an_effect_is_named_at_the_end():
+    """An input that matters, pruned at the first E-step, is found by the end-of-run check (warning and
+    ``pruned_with_signal``); an irrelevant input pruned the same way is not."""
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(1024, 6, generator=generator)
+    y = x[:, 0] - 0.5 * x[:, 1] + 0.1 * torch.randn(1024, generator=generator)
+    potential = BNNPotential(BNN(_spec(6, hidden=3)), x, y)
+    kernel = GroupSparseSGHMC(potential=potential, em_warmup=0, em_every=1, step_size=1e-4, schedule="constant",
+                              prune_patience=1, soft_threshold=1e-2, hard_threshold=1e-3, init_radius="auto")
+    kernel.setup(0)
+    theta = kernel.initial_point()
+    weight = theta[0, potential.slices["layers.0.weight"]].view(3, 6)  # a view: writes go to theta
+    weight[:, 0] = weight[:, 5] = 0.01  # relevant input 0 and irrelevant input 5 below the hard threshold
+    theta = kernel.iterate(theta)[0]
+    kernel.draw_stats(theta)
+    kept = kernel.final_state()["pruning_mask"]["layers.0.weight"][0].any(0)
+    assert kept.tolist() == [False, True, True, True, True, False]
+    with pytest.warns(UserWarning, match=r"layers.0.weight: pruned group\(s\) that the data still pull away from "
+                                         r"zero at the end \(chain 0: group\(s\) 0;"):
+        notes = kernel.notes()
+    assert notes["pruned_with_signal"] == {"layers.0.weight": [[0]]}
