@@ -76,9 +76,11 @@ from ..group_em import (GroupSparseOptions, em_due, group_sparse_rules, group_st
 from ..options import choice, integer, option, positive
 from ..potential import BNNPotential
 from ..sgmcmc import AUTO, SCHEDULES
-from .sgmcmc import SGMCMCKernel, SGMCMCOptions, auto_or, fan_in_radius, minibatch_data
+from .sgmcmc import (Dynamics, Force, SGComponent, SGMCMCKernel, SGMCMCOptions, SGParts, auto_or, fan_in_radius,
+                     minibatch_data)
 
-__all__ = ["GroupSparseSGHMC", "GroupSparseSGHMCOptions", "fan_in_radius", "group_sites"]
+__all__ = ["GroupEM", "GroupSparseDynamics", "GroupSparseSGHMC", "GroupSparseSGHMCOptions", "MeanLossForce",
+           "fan_in_radius", "group_sites"]
 
 Tensor = torch.Tensor
 
@@ -326,35 +328,10 @@ class GroupSparseSGHMC(SGMCMCKernel):
                               f"the mask")
 
     # ------------------------------------------------------------- one step
-    def force(self, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
-        """``(U estimate [C], g [C, D])``: g is the gradient of the mean minibatch negative
-        log likelihood; U adds the model's log prior on a draw's last iteration only
-        (before it, the likelihood part alone, enough to spot a non-finite step)."""
-        potential = self.potential
-        x, y, scale = minibatch_data(potential, rows)
-        batch = potential.num_data if rows is None else rows.shape[-1]
-        theta = theta.detach().requires_grad_(True)
-        with torch.enable_grad(), pyro.validation_enabled(False):
-            values, log_det = potential.constrained_values(theta)
-            log_lik = potential.model.log_likelihood(values, x, y).sum(-1)
-            (grad,) = torch.autograd.grad(log_lik.sum(), theta)
-        value = -scale * log_lik.detach()
-        if self._last_iteration:
-            with torch.no_grad(), pyro.validation_enabled(False):
-                values = {k: v.detach() for k, v in values.items()}
-                value = value - potential.log_prior(theta.detach(), values) - log_det.detach()
-        return value, grad / -batch
-
-    def initial_aux(self, theta, step_size, inverse_temperature):
-        return self.rule.initial_state(theta)
-
-    def step(self, theta, aux, grad, step_size, inverse_temperature):
-        if em_due(self._k, self._em_every, self.rule.em_warmup):
-            self._e_step(theta)
-        momentum, rho, noise = aux
-        theta, momentum, rho, noise = self.rule.update(theta, momentum, rho, noise, grad, self._decay, step_size,
-                                                       1.0 / inverse_temperature, self.num_data, self._keep)
-        return theta, (momentum, rho, noise)
+    def sg_parts(self) -> SGParts:
+        """Paper 004's update (:class:`GroupSparseDynamics`), the E-step beside it (:class:`GroupEM`),
+        the mean-loss force (:class:`MeanLossForce`)."""
+        return SGParts(GroupSparseDynamics(), (GroupEM(),), force=MeanLossForce())
 
     def _site_view(self, x: Tensor, site: GroupSite) -> Tensor:
         return x[:, site.index].reshape((self.num_chains,) + site.shape)
@@ -401,3 +378,49 @@ class GroupSparseSGHMC(SGMCMCKernel):
         return extras
 
 
+
+
+# ------------------------------------------------------------ the kernel's parts
+class MeanLossForce(Force):
+    """``(U estimate [C], g [C, D])``: g is the gradient of the mean minibatch negative
+    log likelihood; U adds the model's log prior on a draw's last iteration only
+    (before it, the likelihood part alone, enough to spot a non-finite step)."""
+
+    def force(self, kernel, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
+        potential = kernel.potential
+        x, y, scale = minibatch_data(potential, rows)
+        batch = potential.num_data if rows is None else rows.shape[-1]
+        theta = theta.detach().requires_grad_(True)
+        with torch.enable_grad(), pyro.validation_enabled(False):
+            values, log_det = potential.constrained_values(theta)
+            log_lik = potential.model.log_likelihood(values, x, y).sum(-1)
+            (grad,) = torch.autograd.grad(log_lik.sum(), theta)
+        value = -scale * log_lik.detach()
+        if kernel._last_iteration:
+            with torch.no_grad(), pyro.validation_enabled(False):
+                values = {k: v.detach() for k, v in values.items()}
+                value = value - potential.log_prior(theta.detach(), values) - log_det.detach()
+        return value, grad / -batch
+
+
+class GroupSparseDynamics(Dynamics):
+    """Paper 004's update (module docstring) under the kernel's current decays and hard mask; the
+    auxiliary state is ``(momentum, rho, noise)``."""
+
+    def initial_aux(self, kernel, theta, step_size, inverse_temperature):
+        return kernel.rule.initial_state(theta)
+
+    def step(self, kernel, theta, aux, grad, step_size, inverse_temperature):
+        momentum, rho, noise = aux
+        theta, momentum, rho, noise = kernel.rule.update(theta, momentum, rho, noise, grad, kernel._decay, step_size,
+                                                         1.0 / inverse_temperature, kernel.num_data, kernel._keep)
+        return theta, (momentum, rho, noise)
+
+
+class GroupEM(SGComponent):
+    """The group E-step beside the loop: once per ``em_every`` iterations after ``em_warmup`` of them,
+    before the update, the kernel's decays, hard mask and pruning guard from the current weights."""
+
+    def before_update(self, kernel, theta: Tensor) -> None:
+        if em_due(kernel._k, kernel._em_every, kernel.rule.em_warmup):
+            kernel._e_step(theta)
