@@ -80,9 +80,11 @@ from ..group_em import (SCORE_BATCHES, SCORE_LEVEL, GroupSparseOptions, em_due, 
 from ..options import choice, integer, option, positive
 from ..potential import BNNPotential
 from ..sgmcmc import AUTO, SCHEDULES
-from .sgmcmc import SGMCMCKernel, SGMCMCOptions, auto_or, fan_in_radius, minibatch_data
+from .sgmcmc import (Dynamics, Force, SGComponent, SGMCMCKernel, SGMCMCOptions, SGParts, auto_or, fan_in_radius,
+                     minibatch_data)
 
-__all__ = ["GroupSparseSGHMC", "GroupSparseSGHMCOptions", "fan_in_radius", "group_sites"]
+__all__ = ["GroupEM", "GroupSparseDynamics", "GroupSparseSGHMC", "GroupSparseSGHMCOptions", "MeanLossForce",
+           "fan_in_radius", "group_sites"]
 
 Tensor = torch.Tensor
 
@@ -341,7 +343,7 @@ class GroupSparseSGHMC(SGMCMCKernel):
         k = min(SCORE_BATCHES, x.shape[0])
         edges = [round(i * x.shape[0] / k) for i in range(k + 1)]
         columns = torch.cat([torch.arange(self.potential.dim, device=theta.device)[s.index] for s in self._sites])
-        scores = torch.stack([self._log_likelihood(theta, x[a:b], y[a:b])[1][:, columns]
+        scores = torch.stack([log_likelihood_and_grad(self.potential, theta, x[a:b], y[a:b])[1][:, columns]
                               for a, b in zip(edges[:-1], edges[1:])])
         found, start = {}, 0
         for site in self._sites:
@@ -373,41 +375,10 @@ class GroupSparseSGHMC(SGMCMCKernel):
         return x.reshape(lead + (math.prod(site.shape[d] for d in between), -1))
 
     # ------------------------------------------------------------- one step
-    def _log_likelihood(self, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, dict, Tensor]:
-        """The log likelihood of the rows ``x, y`` per chain ``[C]``, its gradient ``[C, D]``, and the
-        constrained values and log-Jacobian at ``theta``."""
-        theta = theta.detach().requires_grad_(True)
-        with torch.enable_grad(), pyro.validation_enabled(False):
-            values, log_det = self.potential.constrained_values(theta)
-            log_lik = self.potential.model.log_likelihood(values, x, y).sum(-1)
-            (grad,) = torch.autograd.grad(log_lik.sum(), theta)
-        return log_lik.detach(), grad, values, log_det
-
-    def force(self, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
-        """``(U estimate [C], g [C, D])``: g is the gradient of the mean minibatch negative
-        log likelihood; U adds the model's log prior on a draw's last iteration only
-        (before it, the likelihood part alone, enough to spot a non-finite step)."""
-        potential = self.potential
-        x, y, scale = minibatch_data(potential, rows)
-        batch = potential.num_data if rows is None else rows.shape[-1]
-        log_lik, grad, values, log_det = self._log_likelihood(theta, x, y)
-        value = -scale * log_lik
-        if self._last_iteration:
-            with torch.no_grad(), pyro.validation_enabled(False):
-                values = {k: v.detach() for k, v in values.items()}
-                value = value - potential.log_prior(theta.detach(), values) - log_det.detach()
-        return value, grad / -batch
-
-    def initial_aux(self, theta, step_size, inverse_temperature):
-        return self.rule.initial_state(theta)
-
-    def step(self, theta, aux, grad, step_size, inverse_temperature):
-        if em_due(self._k, self._em_every, self.rule.em_warmup):
-            self._e_step(theta)
-        momentum, rho, noise = aux
-        theta, momentum, rho, noise = self.rule.update(theta, momentum, rho, noise, grad, self._decay, step_size,
-                                                       1.0 / inverse_temperature, self.num_data, self._keep)
-        return theta, (momentum, rho, noise)
+    def sg_parts(self) -> SGParts:
+        """Paper 004's update (:class:`GroupSparseDynamics`), the E-step beside it (:class:`GroupEM`),
+        the mean-loss force (:class:`MeanLossForce`)."""
+        return SGParts(GroupSparseDynamics(), (GroupEM(),), force=MeanLossForce())
 
     def _site_view(self, x: Tensor, site: GroupSite) -> Tensor:
         return x[:, site.index].reshape((self.num_chains,) + site.shape)
@@ -455,3 +426,54 @@ class GroupSparseSGHMC(SGMCMCKernel):
         return extras
 
 
+# ------------------------------------------------------------ the kernel's parts
+class MeanLossForce(Force):
+    """``(U estimate [C], g [C, D])``: g is the gradient of the mean minibatch negative
+    log likelihood; U adds the model's log prior on a draw's last iteration only
+    (before it, the likelihood part alone, enough to spot a non-finite step)."""
+
+    def force(self, kernel, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
+        potential = kernel.potential
+        x, y, scale = minibatch_data(potential, rows)
+        batch = potential.num_data if rows is None else rows.shape[-1]
+        log_lik, grad, values, log_det = log_likelihood_and_grad(potential, theta, x, y)
+        value = -scale * log_lik
+        if kernel._last_iteration:
+            with torch.no_grad(), pyro.validation_enabled(False):
+                values = {k: v.detach() for k, v in values.items()}
+                value = value - potential.log_prior(theta.detach(), values) - log_det.detach()
+        return value, grad / -batch
+
+
+def log_likelihood_and_grad(potential, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, dict, Tensor]:
+    """The log likelihood of the rows ``x, y`` per chain ``[C]``, its gradient ``[C, D]``, and the
+    constrained values and log-Jacobian at ``theta``."""
+    theta = theta.detach().requires_grad_(True)
+    with torch.enable_grad(), pyro.validation_enabled(False):
+        values, log_det = potential.constrained_values(theta)
+        log_lik = potential.model.log_likelihood(values, x, y).sum(-1)
+        (grad,) = torch.autograd.grad(log_lik.sum(), theta)
+    return log_lik.detach(), grad, values, log_det
+
+
+class GroupSparseDynamics(Dynamics):
+    """Paper 004's update (module docstring) under the kernel's current decays and hard mask; the
+    auxiliary state is ``(momentum, rho, noise)``."""
+
+    def initial_aux(self, kernel, theta, step_size, inverse_temperature):
+        return kernel.rule.initial_state(theta)
+
+    def step(self, kernel, theta, aux, grad, step_size, inverse_temperature):
+        momentum, rho, noise = aux
+        theta, momentum, rho, noise = kernel.rule.update(theta, momentum, rho, noise, grad, kernel._decay, step_size,
+                                                         1.0 / inverse_temperature, kernel.num_data, kernel._keep)
+        return theta, (momentum, rho, noise)
+
+
+class GroupEM(SGComponent):
+    """The group E-step beside the loop: once per ``em_every`` iterations after ``em_warmup`` of them,
+    before the update, the kernel's decays, hard mask and pruning guard from the current weights."""
+
+    def before_update(self, kernel, theta: Tensor) -> None:
+        if em_due(kernel._k, kernel._em_every, kernel.rule.em_warmup):
+            kernel._e_step(theta)

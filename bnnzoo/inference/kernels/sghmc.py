@@ -10,10 +10,9 @@ import torch
 from ... import validation
 from ..sgmcmc import sghmc_step, sghmc_variance_ratio
 from ..options import option, positive
-from .sgld import SGLD
-from .sgmcmc import AUTO, SGLDOptions, auto_or
+from .sgmcmc import AUTO, Dynamics, SGLDOptions, SGMCMCKernel, SGParts, auto_or
 
-__all__ = ["NOISE_ESTIMATES", "SGHMC", "SGHMCOptions"]
+__all__ = ["NOISE_ESTIMATES", "SGHMC", "SGHMCDynamics", "SGHMCOptions"]
 
 Tensor = torch.Tensor
 NOISE_ESTIMATES = ("running",)
@@ -48,9 +47,57 @@ class SGHMCOptions(SGLDOptions):
             raise ValueError(f"noise_estimate must be in [0, friction={self.friction}), got {value!r}")
 
 
-class SGHMC(SGLD):
+class SGHMCDynamics(Dynamics):
+    r"""SGHMC's update in the SGD-with-momentum form (:func:`sghmc_step`), the momentum its
+    auxiliary state:
+
+    .. math::
+        v_{k+1} = (1-\alpha)v_k - \eta_k\nabla\tilde U(\theta_k) + N(0, 2(\alpha-\hat\beta)\eta_k/\tau_k),\quad
+        \theta_{k+1} = \theta_k + v_{k+1},
+
+    the momentum starting from its stationary law :math:`N(0, \eta_1/\tau_1)`. :math:`\hat\beta` is a
+    constant, or with ``noise_estimate="running"`` half the step size times a running
+    per-coordinate variance of the gradient (rate ``noise_decay``), at most the friction."""
+
+    def __init__(self, friction: float, noise_estimate: float | str, noise_decay: float):
+        self.friction = friction
+        self.noise_estimate = noise_estimate
+        self.noise_decay = noise_decay
+        self.grad_mean: Tensor | None = None
+        self.grad_var: Tensor | None = None
+
+    @classmethod
+    def from_options(cls, options: SGHMCOptions) -> "SGHMCDynamics":
+        return cls(options.friction, options.noise_estimate, options.noise_decay)
+
+    def beta_hat(self, grad: Tensor, step_size: float) -> float | Tensor:
+        if self.noise_estimate != "running":
+            return float(self.noise_estimate)
+        r = self.noise_decay
+        if self.grad_mean is None:
+            self.grad_mean, self.grad_var = grad.clone(), torch.zeros_like(grad)
+        else:
+            delta = grad - self.grad_mean
+            self.grad_mean = self.grad_mean + r * delta
+            self.grad_var = (1 - r) * (self.grad_var + r * delta * delta)
+        return (0.5 * step_size * self.grad_var).clamp(max=self.friction)
+
+    def initial_aux(self, kernel, theta, step_size, inverse_temperature):
+        return math.sqrt(step_size / inverse_temperature) * torch.randn_like(theta)
+
+    def step(self, kernel, theta, aux, grad, step_size, inverse_temperature):
+        beta_hat = self.beta_hat(grad, step_size)
+        return sghmc_step(theta, aux, grad, step_size, self.friction, beta_hat, inverse_temperature)
+
+    def variance_ratio(self, step_size, curvature, noise):
+        # the injected noise as if beta-hat were 0 (a noise estimate removes what it expects the
+        # minibatches to add)
+        return sghmc_variance_ratio(step_size, self.friction, curvature, noise)
+
+
+class SGHMC(SGMCMCKernel):
     r"""Stochastic gradient Hamiltonian Monte Carlo (Chen et al. 2014), in the
-    SGD-with-momentum form (:func:`sghmc_step`):
+    SGD-with-momentum form: the driver with :class:`SGHMCDynamics`,
 
     .. math::
         v_{k+1} = (1-\alpha)v_k - \eta_k\nabla\tilde U(\theta_k) + N(0, 2(\alpha-\hat\beta)\eta_k/\tau_k),\quad
@@ -64,34 +111,5 @@ class SGHMC(SGLD):
 
     Options = SGHMCOptions
 
-    def _reset(self) -> None:
-        super()._reset()
-        self._grad_mean: Tensor | None = None
-        self._grad_var: Tensor | None = None
-
-    def _beta_hat(self, grad: Tensor, step_size: float) -> float | Tensor:
-        if self.options.noise_estimate != "running":
-            return float(self.options.noise_estimate)
-        r = self.options.noise_decay
-        if self._grad_mean is None:
-            self._grad_mean, self._grad_var = grad.clone(), torch.zeros_like(grad)
-        else:
-            delta = grad - self._grad_mean
-            self._grad_mean = self._grad_mean + r * delta
-            self._grad_var = (1 - r) * (self._grad_var + r * delta * delta)
-        return (0.5 * step_size * self._grad_var).clamp(max=self.options.friction)
-
-    def initial_aux(self, theta, step_size, inverse_temperature):
-        aux = math.sqrt(step_size / inverse_temperature) * torch.randn_like(theta)
-        return aux if self._pruner is None else self._pruner.apply(aux)
-
-    def variance_ratio(self, step_size, curvature, noise):
-        # the injected noise as if beta-hat were 0 (a noise estimate removes what it expects the
-        # minibatches to add)
-        return sghmc_variance_ratio(step_size, self.options.friction, curvature, noise)
-
-    def step(self, theta, aux, grad, step_size, inverse_temperature):
-        beta_hat = self._beta_hat(grad, step_size)
-        return sghmc_step(theta, aux, grad, step_size, self.options.friction, beta_hat, inverse_temperature)
-
-
+    def sg_parts(self) -> SGParts:
+        return SGParts(SGHMCDynamics.from_options(self.options))

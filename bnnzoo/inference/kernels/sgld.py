@@ -1,16 +1,29 @@
-"""SGLD (engine ``"sgld"``): stochastic gradient Langevin dynamics on the SG-MCMC base."""
+"""SGLD (engine ``"sgld"``): stochastic gradient Langevin dynamics on the SG-MCMC driver."""
 
 from __future__ import annotations
 
-from ..pruning import MagnitudePruning
 from ..sgmcmc import sgld_step, sgld_variance_ratio
-from .sgmcmc import SGLDOptions, SGMCMCKernel
+from .sgmcmc import Dynamics, SGLDOptions, SGMCMCKernel, SGParts
 
-__all__ = ["SGLD"]
+__all__ = ["LangevinDynamics", "SGLD"]
+
+
+class LangevinDynamics(Dynamics):
+    r"""The Langevin update (:func:`sgld_step`), no auxiliary state:
+
+    .. math:: \theta_{k+1} = \theta_k - \epsilon_k\nabla\tilde U(\theta_k) + \sqrt{2\epsilon_k/\tau_k}\;\xi_k.
+    """
+
+    def step(self, kernel, theta, aux, grad, step_size, inverse_temperature):
+        return sgld_step(theta, grad, step_size, inverse_temperature), None
+
+    def variance_ratio(self, step_size, curvature, noise):
+        return sgld_variance_ratio(step_size, curvature, noise)
 
 
 class SGLD(SGMCMCKernel):
-    r"""Stochastic gradient Langevin dynamics (Welling and Teh 2011):
+    r"""Stochastic gradient Langevin dynamics (Welling and Teh 2011): the driver with
+    :class:`LangevinDynamics`,
 
     .. math:: \theta_{k+1} = \theta_k - \epsilon_k\nabla\tilde U(\theta_k) + \sqrt{2\epsilon_k/\tau_k}\;\xi_k.
 
@@ -25,17 +38,5 @@ class SGLD(SGMCMCKernel):
 
     Options = SGLDOptions
 
-    @property
-    def pruning(self) -> MagnitudePruning | None:
-        return self.options.magnitude_pruning()
-
-    def temperature_schedule(self) -> tuple[float, float, float]:
-        opts = self.options
-        return float(opts.inverse_temperature), float(opts.annealing), float(opts.max_inverse_temperature)
-
-    def step(self, theta, aux, grad, step_size, inverse_temperature):
-        return sgld_step(theta, grad, step_size, inverse_temperature), None
-
-    def variance_ratio(self, step_size, curvature, noise):
-        return sgld_variance_ratio(step_size, curvature, noise)
-
+    def sg_parts(self) -> SGParts:
+        return SGParts(LangevinDynamics())

@@ -43,8 +43,12 @@ The chain keeps running; the failure (phase, iteration, draw, reason) is in
 ``["failed_at"]`` and the InferenceData attributes, and a ``UserWarning`` at the
 end of the run names it.
 
-The update rules are pure functions in :mod:`bnnzoo.inference.sgmcmc`; these
-classes wire state, schedules, pruning and statistics.
+The update rules are pure functions in :mod:`bnnzoo.inference.sgmcmc`. :class:`SGMCMCKernel` is
+the one driver (minibatch force, schedules, temperature, thinning, pruning, failure checks,
+statistics); a kernel one level below it names its parts (:meth:`SGMCMCKernel.sg_parts`, an
+:class:`SGParts`): the update rule (a :class:`Dynamics`: Langevin, SGHMC's momentum form, ...), the
+components beside the loop (:class:`SGComponent`: the spike-and-slab stochastic approximation, the
+group E-step) and, where it is not the potential's, the force (:class:`Force`).
 
 Per-draw statistics: ``step_size``, ``temperature`` (:math:`1/\tau`), ``lp``
 (a *minibatch estimate* of the log density at the point the draw's last
@@ -67,7 +71,7 @@ import math
 import warnings
 import dataclasses
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import pyro
@@ -80,8 +84,8 @@ from ..sgmcmc import (AUTO, SCHEDULES, StepSizeSchedule, finite_chains, inverse_
 from .base import BaseOptions, FlatKernel
 from ..options import choice, flag, integer, interval, option, optional, positive, site_names
 
-__all__ = ["AUTO", "BLOWUP_FACTOR", "FROZEN_ITERATIONS", "SGLDOptions", "SGMCMCKernel", "SGMCMCOptions", "auto_or",
-           "fan_in_radius", "minibatch_data", "step_size_rule"]
+__all__ = ["AUTO", "BLOWUP_FACTOR", "Dynamics", "FROZEN_ITERATIONS", "Force", "SGComponent", "SGLDOptions",
+           "SGMCMCKernel", "SGMCMCOptions", "SGParts", "auto_or", "fan_in_radius", "minibatch_data", "step_size_rule"]
 
 Tensor = torch.Tensor
 #: InferenceData attributes of every SG-MCMC run
@@ -189,6 +193,14 @@ class SGMCMCOptions(BaseOptions):
         return [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), str)
                 and getattr(self, f.name) == AUTO and f.name != "init_radius"]
 
+    def temperature_schedule(self) -> tuple[float, float, float]:
+        """``(initial, growth, maximum)`` of the inverse temperature (:func:`inverse_temperature_at`): 1."""
+        return 1.0, 1.0, math.inf
+
+    def magnitude_pruning(self) -> MagnitudePruning | None:
+        """The magnitude pruning schedule of the ``prune*`` options (None: no pruning)."""
+        return None
+
 
 @dataclass(frozen=True)
 class SGLDOptions(SGMCMCOptions):
@@ -207,6 +219,9 @@ class SGLDOptions(SGMCMCOptions):
         super().validate()
         self.magnitude_pruning()
 
+    def temperature_schedule(self) -> tuple[float, float, float]:
+        return float(self.inverse_temperature), float(self.annealing), float(self.max_inverse_temperature)
+
     def magnitude_pruning(self) -> MagnitudePruning | None:
         if self.prune is None:
             return None
@@ -214,11 +229,87 @@ class SGLDOptions(SGMCMCOptions):
         return MagnitudePruning(self.prune, self.prune_decay, self.prune_period, sites)
 
 
+# ------------------------------------------------------------ the parts of a kernel
+class Dynamics:
+    """The update rule of an SG-MCMC kernel, ``(theta, aux) -> (theta', aux')`` on ``[C, D]``
+    (aux: the auxiliary state, e.g. a momentum; a ``[C, D]`` tensor, a tuple of them, or None),
+    a part the kernel holds (:class:`SGParts`). Its state, if any, is plain attributes (a
+    checkpoint stores it); the kernel comes with every call."""
+
+    def initial_aux(self, kernel, theta: Tensor, step_size: float, inverse_temperature: float):
+        """The auxiliary state before the first iteration; None (the default) where there is none."""
+        return None
+
+    def step(self, kernel, theta: Tensor, aux, grad: Tensor, step_size: float, inverse_temperature: float):
+        """One update from the (finite, or zeroed) force ``grad``: ``(theta', aux')``."""
+        raise NotImplementedError
+
+    def variance_ratio(self, step_size: float, curvature: float, noise: float) -> float | None:
+        """Stationary variance over the exact one along a direction of curvature ``curvature`` with
+        minibatch gradient noise ``noise`` at ``step_size`` (None, the default: no formula known)."""
+        return None
+
+
+class Force:
+    """A force other than the potential's minibatch ``U`` and gradient (the spike-and-slab
+    kernels', group-sparse SGHMC's mean-loss gradient)."""
+
+    def force(self, kernel, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
+        """``(U estimate [C], gradient [C, D])`` at ``theta`` on the minibatch ``rows`` (None: all)."""
+        raise NotImplementedError
+
+
+class SGComponent:
+    """A part of an SG-MCMC kernel beside its loop (the spike-and-slab stochastic approximation,
+    the group E-step). Each method is called at one point of the driver, after the driver's own
+    work there: :meth:`check_potential` (before sampling), :meth:`resolve_auto` (values of its
+    ``"auto"`` options), :meth:`curvature_point` (the point of the ``step_size="auto"``
+    curvature), :meth:`prepare` (once per setup, at the initial point), :meth:`before_update`
+    (every iteration, after the force, before the update), :meth:`after_step` (on the kept point),
+    :meth:`draw_stats` and :meth:`final_state` (reporting). The defaults do nothing. A
+    component's state is plain attributes (a checkpoint stores it); the kernel comes with every call."""
+
+    def check_potential(self, kernel, potential) -> None:
+        pass
+
+    def resolve_auto(self, kernel, theta: Tensor) -> dict:
+        return {}
+
+    def curvature_point(self, kernel, theta: Tensor, directions: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        return theta, directions
+
+    def prepare(self, kernel, theta: Tensor) -> None:
+        pass
+
+    def before_update(self, kernel, theta: Tensor) -> None:
+        pass
+
+    def after_step(self, kernel, theta: Tensor) -> Tensor:
+        return theta
+
+    def draw_stats(self, kernel, theta: Tensor) -> dict:
+        return {}
+
+    def final_state(self, kernel) -> dict:
+        return {}
+
+
+class SGParts(NamedTuple):
+    """What a kernel composes on the driver: its update rule, the components beside the loop, and
+    its force (None: the potential's minibatch ``U`` and gradient)."""
+
+    dynamics: Dynamics
+    components: tuple[SGComponent, ...] = ()
+    force: Force | None = None
+
+
 class SGMCMCKernel(FlatKernel):
-    """Shared wiring of the SG-MCMC kernels: minibatches, schedules, temperature,
-    thinning, pruning and statistics. A subclass gives :meth:`step` (and may
-    override :meth:`force` for another gradient, as the spike-and-slab kernels do).
-    Options: a :class:`SGMCMCOptions`.
+    """The one driver of the SG-MCMC kernels: minibatches, schedules, temperature, thinning,
+    pruning, failure checks, statistics and the expected sd inflation. A kernel one level below
+    it names its parts in :meth:`sg_parts` (its :class:`Dynamics`, its :class:`SGComponent` s, its
+    :class:`Force`). SGLD, SGHMC and their SA variants override none of the driver's steps;
+    :class:`~bnnzoo.inference.kernels.group_sparse.GroupSparseSGHMC` still keeps its E-step's state,
+    its ``"auto"`` rules and its reporting in its own methods. Options: a :class:`SGMCMCOptions`.
 
     ``batch_size`` needs a potential with ``num_data`` and
     ``minibatch_value_and_grad(theta, rows)``: a BNN, or a Pyro model whose
@@ -247,7 +338,8 @@ class SGMCMCKernel(FlatKernel):
         self._k = 0  # SG-MCMC iterations done (warm-up included)
         # the expected sd inflation (inflation()): curvature, gradient noise, sum of variance ratios
         self._inflation: dict | None = None
-        self._aux: Tensor | None = None  # the momentum of SGHMC
+        self._aux: Tensor | None = None  # the auxiliary state of the dynamics (SGHMC's momentum)
+        self.parts = self.sg_parts()  # fresh per setup: the parts' state is the run's
         self._pruner = None
         self._last_lp: Tensor | None = None
         self._last_iteration = True
@@ -257,6 +349,14 @@ class SGMCMCKernel(FlatKernel):
         self._failed: Tensor | None = None  # [C] bool
         self._failures: list = []  # per chain: None, or {"phase", "iteration", "draw", "reason"}
         self._failure_warned = False
+
+    def sg_parts(self) -> SGParts:
+        """This kernel's parts: its update rule, the components beside the loop, its force."""
+        raise NotImplementedError
+
+    def component(self, kind: type) -> SGComponent | None:
+        """This kernel's component of class ``kind`` (None: it has none)."""
+        return next((c for c in self.parts.components if isinstance(c, kind)), None)
 
     def initial_radius(self) -> float | Tensor:
         if isinstance(self.options.init_radius, str):
@@ -274,6 +374,8 @@ class SGMCMCKernel(FlatKernel):
         if "step_size" in auto:
             schedule = values.get("schedule", self.options.schedule)
             values["step_size"] = step_size_rule(self.curvature(theta), schedule)
+        for component in self.parts.components:
+            values.update(component.resolve_auto(self, theta))
         return values
 
     def curvature(self, theta: Tensor, directions: Tensor | None = None) -> float:
@@ -282,6 +384,8 @@ class SGMCMCKernel(FlatKernel):
         grows with N; a prior's kink (Laplace, spike-and-slab) has no finite curvature to measure. Where the
         likelihood shows none (every ReLU unit dead at the start), the whole potential's."""
         if getattr(self, "_curvature", None) is None:
+            for component in self.parts.components:
+                theta, directions = component.curvature_point(self, theta, directions)
             curvature = largest_curvature(self._likelihood_gradient, theta, CURVATURE_ITERATIONS,
                                           directions=directions)
             if not (math.isfinite(curvature) and curvature > 0):  # e.g. every ReLU unit dead at the start
@@ -321,20 +425,24 @@ class SGMCMCKernel(FlatKernel):
         self._nonfinite_run = torch.zeros(self.num_chains, dtype=torch.long, device=theta.device)
         self._failed = torch.zeros(self.num_chains, dtype=torch.bool, device=theta.device)
         self._failures = [None] * self.num_chains
+        for component in self.parts.components:
+            component.prepare(self, theta)
 
     @property
     def pruning(self) -> MagnitudePruning | None:
         """The magnitude pruning schedule of the ``prune*`` options (None: no pruning)."""
-        return None
+        return self.options.magnitude_pruning()
 
     def temperature_schedule(self) -> tuple[float, float, float]:
         """``(initial, growth, maximum)`` of the inverse temperature (:func:`inverse_temperature_at`)."""
-        return 1.0, 1.0, math.inf
+        return self.options.temperature_schedule()
 
     def check_potential(self, potential) -> None:
         self.check_batch_size(potential)
         if self.pruning is not None:
             self.pruning.bind(potential, 1)
+        for component in self.parts.components:
+            component.check_potential(self, potential)
 
     def notes(self) -> dict:
         full_data = self.batch_size is None or self.batch_size == getattr(self.potential, "num_data", None)
@@ -383,27 +491,22 @@ class SGMCMCKernel(FlatKernel):
                               self.potential.device)
 
     def force(self, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Minibatch ``U`` ``[C]`` and its gradient ``[C, D]`` at ``theta``."""
+        """Minibatch ``U`` ``[C]`` and its gradient ``[C, D]`` at ``theta``: the kernel's
+        :class:`Force` where it has one, else the potential's."""
+        if self.parts.force is not None:
+            return self.parts.force.force(self, theta, rows)
         if rows is None:
             return self.potential.value_and_grad(theta)
         return self.potential.minibatch_value_and_grad(theta, rows)
 
-    def step(self, theta: Tensor, aux: Tensor | None, grad: Tensor, step_size: float,
-             inverse_temperature: float) -> tuple[Tensor, Tensor | None]:
-        """The update rule: ``(theta, aux) -> (theta', aux')`` (aux: e.g. a momentum; a ``[C, D]``
-        tensor or a tuple of them, kept per chain when a step is not finite)."""
-        raise NotImplementedError
-
-    def initial_aux(self, theta: Tensor, step_size: float, inverse_temperature: float) -> Tensor | None:
-        """The auxiliary state (a momentum) before the first iteration; None for SGLD."""
-        return None
-
     def after_step(self, theta: Tensor) -> Tensor:
-        """Hook on the new ``[C, D]`` point of every iteration (pruning, pinned coordinates)."""
+        """The new ``[C, D]`` point of every iteration, pruned, then through the components."""
         if self._pruner is not None:
             theta = self._pruner.step(theta, self._k)
             if self._aux is not None:
                 self._aux = self._pruner.apply(self._aux)
+        for component in self.parts.components:
+            theta = component.after_step(self, theta)
         return theta
 
     def iterate(self, theta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -414,9 +517,14 @@ class SGMCMCKernel(FlatKernel):
         value, grad = self.force(theta, self.draw_rows())
         force_ok = torch.isfinite(value) & torch.isfinite(grad).all(-1)
         grad = torch.where(force_ok.unsqueeze(-1), grad, torch.zeros_like(grad))
+        dynamics = self.parts.dynamics
         if self._aux is None:
-            self._aux = self.initial_aux(theta, step_size, tau)
-        theta_new, aux_new = self.step(theta, self._aux, grad, step_size, tau)
+            self._aux = dynamics.initial_aux(self, theta, step_size, tau)
+            if self._aux is not None and self._pruner is not None:
+                self._aux = self._pruner.apply(self._aux)
+        for component in self.parts.components:
+            component.before_update(self, theta)
+        theta_new, aux_new = dynamics.step(self, theta, self._aux, grad, step_size, tau)
         finite = finite_chains(theta_new)
         if aux_new is not None:
             finite = finite & finite_chains(aux_new)
@@ -433,9 +541,8 @@ class SGMCMCKernel(FlatKernel):
 
     # ------------------------------------------------- the expected sd inflation
     def variance_ratio(self, step_size: float, curvature: float, noise: float) -> float | None:
-        """Stationary variance over the exact one along a direction of curvature ``curvature`` with
-        minibatch gradient noise ``noise`` at ``step_size`` (None: not known for this update)."""
-        return None
+        """The dynamics' :meth:`Dynamics.variance_ratio`."""
+        return self.parts.dynamics.variance_ratio(step_size, curvature, noise)
 
     def _add_inflation(self, theta: Tensor, step_size: float) -> None:
         """At each sampling iteration: the variance ratio of its step size, along the stiffest
@@ -545,8 +652,14 @@ class SGMCMCKernel(FlatKernel):
         return theta, stats
 
     def draw_stats(self, theta: Tensor) -> dict[str, Tensor]:
-        """Extra per-draw statistics (``[C]`` tensors)."""
-        return {"sparsity": self._pruner.sparsity()} if self._pruner is not None else {}
+        """Extra per-draw statistics (``[C]`` tensors): the components', and the pruning's
+        ``sparsity`` where no component gives one."""
+        stats = {}
+        for component in self.parts.components:
+            stats.update(component.draw_stats(self, theta))
+        if self._pruner is not None and "sparsity" not in stats:
+            stats["sparsity"] = self._pruner.sparsity()
+        return stats
 
     # ------------------------------------------------------------ reporting
     def final_state(self) -> dict:
@@ -561,11 +674,12 @@ class SGMCMCKernel(FlatKernel):
                               "iteration": np.array([r["iteration"] for r in rows], dtype=np.int64),
                               "draw": np.array([r["draw"] for r in rows], dtype=np.int64),
                               "reason": np.array([r["reason"] for r in rows], dtype=str)}
-        if self._pruner is None:
-            return out
-        shapes = self.potential.shapes
-        out["pruning_mask"] = {s: m.reshape((self.num_chains,) + shapes[s]).cpu().numpy()
-                               for s, m in self._pruner.masks.items()}
+        if self._pruner is not None:
+            shapes = self.potential.shapes
+            out["pruning_mask"] = {s: m.reshape((self.num_chains,) + shapes[s]).cpu().numpy()
+                                   for s, m in self._pruner.masks.items()}
+        for component in self.parts.components:
+            out.update(component.final_state(self))
         return out
 
     def diagnostics(self) -> dict:

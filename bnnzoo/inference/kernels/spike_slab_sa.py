@@ -2,7 +2,8 @@ r"""SGLD-SA and SGHMC-SA: SG-MCMC with stochastic approximation of the
 spike-and-slab hyperparameters (paper 001; engines ``"sgld_sa"``, ``"sghmc_sa"``).
 
 The update rules are pure functions in :mod:`bnnzoo.inference.stochastic_approximation`;
-this module wires them into the SGLD and SGHMC kernels.
+:class:`SpikeSlabAdaptation` is the component that applies them beside the SG-MCMC driver's loop,
+held by both kernels with SGLD's or SGHMC's dynamics.
 
 The weights of a *sparse layer* (a site whose prior is
 :class:`~bnnzoo.models.SpikeAndSlab`) have the Gaussian-Laplace spike-and-slab prior
@@ -80,12 +81,12 @@ from ..potential import BNNPotential
 from ..stochastic_approximation import (SA_OFFSET_ITERATIONS, SpikeSlabState, sa_sequence_rule, sa_update, sa_weight,
                                         spike_slab_force)
 from ..options import Options, choice, flag, option, optional, positive
-from .sghmc import SGHMC, SGHMCOptions
-from .sgld import SGLD
-from .sgmcmc import AUTO, SGLDOptions, auto_or, minibatch_data
+from .sghmc import SGHMCDynamics, SGHMCOptions
+from .sgld import LangevinDynamics
+from .sgmcmc import AUTO, Force, SGComponent, SGLDOptions, SGMCMCKernel, SGParts, auto_or, minibatch_data
 
-__all__ = ["SGHMCSA", "SGHMCSAOptions", "SGLDSA", "SGLDSAOptions", "SpikeSlabOptions", "log_prior_except",
-           "sparse_sites"]
+__all__ = ["SGHMCSA", "SGHMCSAOptions", "SGLDSA", "SGLDSAOptions", "SpikeSlabAdaptation", "SpikeSlabOptions",
+           "log_prior_except", "sparse_sites", "spike_slab_parts"]
 
 Tensor = torch.Tensor
 MODES = ("sa", "em")
@@ -189,178 +190,180 @@ def log_prior_except(potential: BNNPotential, values, skip: set[str]) -> Tensor:
     return total
 
 
-# ------------------------------------------------------------ the kernels
-class AdaptiveSpikeSlab:
-    """Mixin that turns an SG-MCMC kernel into its ``-SA`` variant (module docstring).
+# ------------------------------------------------------------ the component
+class SpikeSlabAdaptation(SGComponent, Force):
+    """The spike-and-slab stochastic approximation (module docstring) as a part of an SG-MCMC
+    kernel: the force on the weights under the current hyperparameters, with the SA step of the
+    hyperparameters inside its forward pass (one gradient pass per iteration serves both), the
+    learned noise variance pinned to sigma^2, and the statistics. Its state (:attr:`state`, the
+    sparse layers, the SA weight) is plain attributes, set up by :meth:`prepare`.
 
-    Options: :class:`SpikeSlabOptions` (mixed into each kernel's options dataclass).
+    Options: the kernel's :class:`SpikeSlabOptions`.
     """
 
-    # ---------------------------------------------------------------- state
-    def _reset(self) -> None:
-        super()._reset()
-        self._sa: SpikeSlabState | None = None
-        self._omega = 0.0
+    def __init__(self):
+        self.state: SpikeSlabState | None = None  # the current hyperparameters (kernel state, not sampled)
+        self.omega = 0.0  # the SA weight of the last iteration
 
-    def prepare(self, theta: Tensor) -> None:
-        super().prepare(theta)
-        self._sites = sparse_sites(self.potential, type(self).__name__)
-        likelihood = self.potential.model.likelihood
-        self._regression = isinstance(likelihood, GaussianLikelihood) and likelihood.learned
-        if self._regression and self.options.shared_sigma is False:
+    def check_potential(self, kernel, potential) -> None:
+        sparse_sites(potential, type(kernel).__name__)
+
+    def prepare(self, kernel, theta: Tensor) -> None:
+        options, potential = kernel.options, kernel.potential
+        self.sites = sparse_sites(potential, type(kernel).__name__)
+        likelihood = potential.model.likelihood
+        self.regression = isinstance(likelihood, GaussianLikelihood) and likelihood.learned
+        if self.regression and options.shared_sigma is False:
             raise ValueError("shared_sigma=False: with a learned Gaussian noise, sigma^2 is the noise variance "
                              "shared by every sparse layer (paper 001)")
-        self._shared = self._regression or bool(self.options.shared_sigma)
-        priors = [s.prior for s in self._sites]
+        self.shared = self.regression or bool(options.shared_sigma)
+        priors = [s.prior for s in self.sites]
         sigmas = [p.sigma for p in priors]
-        if self._shared and len(set(sigmas)) > 1:
+        if self.shared and len(set(sigmas)) > 1:
             raise ValueError(f"a shared sigma needs every SpikeAndSlab prior to start from the same sigma, "
-                             f"got {dict(zip((s.name for s in self._sites), sigmas))}")
-        self._v0 = [p.v0 for p in priors]
-        self._v1 = [p.v1 for p in priors]
-        self._b = [float(self.options.beta_b if self.options.beta_b is not None else s.size) for s in self._sites]
-        if min(self._b[i] + self.options.beta_a + s.size - 2 for i, s in enumerate(self._sites)) <= 0:
+                             f"got {dict(zip((s.name for s in self.sites), sigmas))}")
+        self.v0 = [p.v0 for p in priors]
+        self.v1 = [p.v1 for p in priors]
+        self.b = [float(options.beta_b if options.beta_b is not None else s.size) for s in self.sites]
+        if min(self.b[i] + options.beta_a + s.size - 2 for i, s in enumerate(self.sites)) <= 0:
             raise ValueError("beta_a + beta_b + p - 2 must be positive for every sparse layer")
-        self._sa = SpikeSlabState.initial(self.num_chains, [s.size for s in self._sites], self._v0, self._v1,
-                                          sigmas, [p.inclusion_prob for p in priors], device=theta.device)
-        self._noise_index = self.potential.slices["noise_var"] if self._regression else None
+        self.state = SpikeSlabState.initial(kernel.num_chains, [s.size for s in self.sites], self.v0, self.v1,
+                                            sigmas, [p.inclusion_prob for p in priors], device=theta.device)
+        self.noise_index = potential.slices["noise_var"] if self.regression else None
         # sites whose model prior the SA kernel leaves out: the sparse layers (the SA prior
         # replaces it) and the pinned noise variance (a hyperparameter, not sampled)
-        self._skip_prior = {site.name for site in self._sites} | ({"noise_var"} if self._regression else set())
+        self.skip_prior = {site.name for site in self.sites} | ({"noise_var"} if self.regression else set())
 
-    def check_potential(self, potential) -> None:
-        super().check_potential(potential)
-        sparse_sites(potential, type(self).__name__)
-
-    def resolve_auto(self, theta: Tensor) -> dict:
-        """SG-MCMC's ``"auto"`` options and the SA sequence's (:func:`sa_sequence_rule`, from the
-        iterations per epoch ceil(N/n) and the warm-up); none of the latter with ``mode="em"`` (omega_k = 1)."""
-        values = super().resolve_auto(theta)
-        auto, opts = self.options.auto_fields(), self.options
+    def resolve_auto(self, kernel, theta: Tensor) -> dict:
+        """The SA sequence's ``"auto"`` options (:func:`sa_sequence_rule`, from the iterations per
+        epoch ceil(N/n) and the warm-up); none with ``mode="em"`` (omega_k = 1)."""
+        auto, opts = kernel.options.auto_fields(), kernel.options
         if opts.mode == "em" or not {"sa_scale", "sa_offset"} & set(auto):
-            return values
-        epoch = math.ceil(self.num_data / (self.batch_size or self.num_data))
-        rule = sa_sequence_rule(epoch, opts.sa_power, opts.paper_sa_scale, self._warmup_steps)
+            return {}
+        epoch = math.ceil(kernel.num_data / (kernel.batch_size or kernel.num_data))
+        rule = sa_sequence_rule(epoch, opts.sa_power, opts.paper_sa_scale, kernel._warmup_steps)
         if "sa_offset" not in auto:  # B given: A stretches the paper's sequence to it
             rule["sa_scale"] = opts.paper_sa_scale * (opts.sa_offset / SA_OFFSET_ITERATIONS) ** opts.sa_power
-        values.update({k: v for k, v in rule.items() if k in auto})
-        return values
+        return {k: v for k, v in rule.items() if k in auto}
 
-    def curvature(self, theta: Tensor, directions: Tensor | None = None) -> float:
-        """The curvature of ``step_size="auto"``; a learned noise variance is pinned at the initial
+    def curvature_point(self, kernel, theta: Tensor, directions: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """The point of ``step_size="auto"``'s curvature: a learned noise variance is pinned at the initial
         sigma^2 of the sparse layers' prior (the value the SA starts from) and left out of the directions."""
-        likelihood = self.potential.model.likelihood
-        if getattr(self, "_curvature", None) is None and isinstance(likelihood, GaussianLikelihood) \
-                and likelihood.learned:
-            sigma = sparse_sites(self.potential, type(self).__name__)[0].prior.sigma
-            theta = theta.clone()
-            index = self.potential.slices["noise_var"]
-            variance = torch.tensor(sigma ** 2, dtype=theta.dtype, device=theta.device)
-            theta[:, index] = self.potential.transforms["noise_var"](variance)
-            directions = torch.ones(theta.shape[-1], dtype=torch.bool, device=theta.device)
-            directions[index] = False
-        return super().curvature(theta, directions)
+        potential = kernel.potential
+        likelihood = potential.model.likelihood
+        if not (isinstance(likelihood, GaussianLikelihood) and likelihood.learned):
+            return theta, directions
+        sigma = sparse_sites(potential, type(kernel).__name__)[0].prior.sigma
+        theta = theta.clone()
+        index = potential.slices["noise_var"]
+        variance = torch.tensor(sigma ** 2, dtype=theta.dtype, device=theta.device)
+        theta[:, index] = potential.transforms["noise_var"](variance)
+        directions = torch.ones(theta.shape[-1], dtype=torch.bool, device=theta.device)
+        directions[index] = False
+        return theta, directions
 
-    @property
-    def state(self) -> SpikeSlabState:
-        """The current hyperparameters (kernel state, not sampled)."""
-        return self._sa
-
-    def _noise_variance(self) -> Tensor:
-        return self._sa.sigma[:, 0] ** 2
+    def noise_variance(self) -> Tensor:
+        return self.state.sigma[:, 0] ** 2
 
     # ------------------------------------------------------------- one step
-    def force(self, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
+    def force(self, kernel, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
         """Forward pass on the minibatch, SA update of the hyperparameters with the
         current weights (and RSS), then one backward pass under the new ones."""
-        potential, model = self.potential, self.potential.model
+        potential, model = kernel.potential, kernel.potential.model
         x, y, scale = minibatch_data(potential, rows)
-        betas = [theta[:, s.index] for s in self._sites]
+        betas = [theta[:, s.index] for s in self.sites]
         theta = theta.detach().requires_grad_(True)
         with torch.enable_grad(), pyro.validation_enabled(False):
             values, log_det = potential.constrained_values(theta)
             f = model.apply(values, x)
-            if self._regression:  # (N/B) RSS / 2: the likelihood up to 1/sigma^2 and constants
+            if self.regression:  # (N/B) RSS / 2: the likelihood up to 1/sigma^2 and constants
                 lik = 0.5 * scale * ((y - f[..., 0]) ** 2).sum(-1)
             else:
                 lik = -scale * model.log_likelihood(values, x, y, f=f).sum(-1)
-            prior = -(log_prior_except(potential, values, self._skip_prior) + log_det)
+            prior = -(log_prior_except(potential, values, self.skip_prior) + log_det)
             ok = torch.isfinite(lik) & torch.isfinite(prior)
-            self._adapt(betas, 2 * lik.detach() if self._regression else None, ok)
-            if self._regression:
-                lik = lik / self._noise_variance()
+            self.adapt(kernel, betas, 2 * lik.detach() if self.regression else None, ok)
+            if self.regression:
+                lik = lik / self.noise_variance()
             value = lik + prior
             (grad,) = torch.autograd.grad(value.sum(), theta)
-        for i, (site, beta) in enumerate(zip(self._sites, betas)):
-            grad[:, site.index] += spike_slab_force(beta, self._sa.kappa0[i], self._sa.kappa1[i], self._sa.sigma[:, i])
-        if self._noise_index is not None:
-            grad[:, self._noise_index] = 0.0  # pinned to sigma^2
+        for i, (site, beta) in enumerate(zip(self.sites, betas)):
+            grad[:, site.index] += spike_slab_force(beta, self.state.kappa0[i], self.state.kappa1[i],
+                                                    self.state.sigma[:, i])
+        if self.noise_index is not None:
+            grad[:, self.noise_index] = 0.0  # pinned to sigma^2
         value = value.detach()
-        if self._last_iteration:
-            value = self._potential_value(value, betas, theta.detach())
+        if kernel._last_iteration:
+            value = self.potential_value(kernel, value, betas, theta.detach())
         return value, grad
 
-    def _adapt(self, betas: list[Tensor], scaled_rss: Tensor | None, ok: Tensor) -> None:
+    def adapt(self, kernel, betas: list[Tensor], scaled_rss: Tensor | None, ok: Tensor) -> None:
         """The SA step of iteration k > 1 (chains with a finite minibatch potential only)."""
-        self._omega = 0.0
-        if self._k <= 1:  # the first iteration moves under the initial hyperparameters
+        self.omega = 0.0
+        if kernel._k <= 1:  # the first iteration moves under the initial hyperparameters
             return
-        opts = self.resolved
-        self._omega = 1.0 if opts.mode == "em" else sa_weight(self._k, opts.sa_scale, opts.sa_offset, opts.sa_power,
-                                                              opts.sa_max)
-        new = sa_update(self._sa, betas, self._omega, self._v0, self._v1, self.options.beta_a, self._b, self.options.ig_nu,
-                        self.options.ig_lambda, self._shared, self.num_data, scaled_rss)
-        self._sa = new if bool(ok.all()) else new.where(ok, self._sa)
+        opts, given = kernel.resolved, kernel.options
+        self.omega = 1.0 if opts.mode == "em" else sa_weight(kernel._k, opts.sa_scale, opts.sa_offset, opts.sa_power,
+                                                             opts.sa_max)
+        new = sa_update(self.state, betas, self.omega, self.v0, self.v1, given.beta_a, self.b, given.ig_nu,
+                        given.ig_lambda, self.shared, kernel.num_data, scaled_rss)
+        self.state = new if bool(ok.all()) else new.where(ok, self.state)
 
-    def _potential_value(self, value: Tensor, betas: list[Tensor], theta: Tensor) -> Tensor:
+    def potential_value(self, kernel, value: Tensor, betas: list[Tensor], theta: Tensor) -> Tensor:
         """Minibatch ``-log p(weights, y)`` under the current hyperparameters (indicator
         marginalised): ``value`` plus the likelihood's normalising term and the sparse
         layers' spike-and-slab densities; the pinned noise variance is no sampled
         parameter, so its log|Jacobian| (in ``value``) comes out."""
-        if self._regression:
-            value = value + 0.5 * self.num_data * torch.log(2 * math.pi * self._noise_variance())
-            u = theta[:, self._noise_index][:, 0]
-            bijection = self.potential.transforms["noise_var"].inv
+        if self.regression:
+            value = value + 0.5 * kernel.num_data * torch.log(2 * math.pi * self.noise_variance())
+            u = theta[:, self.noise_index][:, 0]
+            bijection = kernel.potential.transforms["noise_var"].inv
             value = value + bijection.log_abs_det_jacobian(u, bijection(u))
-        for i, (site, beta) in enumerate(zip(self._sites, betas)):
-            sigma, delta = self._sa.sigma[:, i:i + 1], self._sa.delta[:, i:i + 1]
+        for i, (site, beta) in enumerate(zip(self.sites, betas)):
+            sigma, delta = self.state.sigma[:, i:i + 1], self.state.delta[:, i:i + 1]
             density = spike_slab_log_density(beta, "laplace", sigma * site.prior.v0,
                                              sigma * math.sqrt(site.prior.v1), delta)
             value = value - density.sum(-1)
         return value
 
-    def after_step(self, theta: Tensor) -> Tensor:
-        theta = super().after_step(theta)
-        if self._noise_index is not None:
+    def after_step(self, kernel, theta: Tensor) -> Tensor:
+        if self.noise_index is not None:
             theta = theta.clone()
-            pinned = self.potential.transforms["noise_var"](self._noise_variance())
-            theta[:, self._noise_index] = pinned.unsqueeze(-1)
+            pinned = kernel.potential.transforms["noise_var"](self.noise_variance())
+            theta[:, self.noise_index] = pinned.unsqueeze(-1)
         return theta
 
     # ------------------------------------------------------------ reporting
-    def draw_stats(self, theta: Tensor) -> dict[str, Tensor]:
+    def draw_stats(self, kernel, theta: Tensor) -> dict[str, Tensor]:
         stats = {}
-        for i, site in enumerate(self._sites):
-            stats[f"sigma[{site.name}]"] = self._sa.sigma[:, i].clone()
-            stats[f"delta[{site.name}]"] = self._sa.delta[:, i].clone()
-        rho = torch.cat(self._sa.rho, -1)
-        weights = torch.cat([theta[:, s.index] for s in self._sites], -1)
+        for i, site in enumerate(self.sites):
+            stats[f"sigma[{site.name}]"] = self.state.sigma[:, i].clone()
+            stats[f"delta[{site.name}]"] = self.state.delta[:, i].clone()
+        rho = torch.cat(self.state.rho, -1)
+        weights = torch.cat([theta[:, s.index] for s in self.sites], -1)
         stats["inclusion_prob_mean"] = rho.mean(-1)
         stats["sparsity"] = (weights == 0).to(rho.dtype).mean(-1)
-        stats["sa_step_size"] = float(self._omega)
+        stats["sa_step_size"] = float(self.omega)
         return stats
 
-    def final_state(self) -> dict:
-        extras = super().final_state()
-        if self._sa is not None:
-            extras["inclusion_prob"] = {s.name: r.reshape((self.num_chains,) + s.shape).cpu().numpy()
-                                        for s, r in zip(self._sites, self._sa.rho)}
-        return extras
+    def final_state(self, kernel) -> dict:
+        if self.state is None:
+            return {}
+        return {"inclusion_prob": {s.name: r.reshape((kernel.num_chains,) + s.shape).cpu().numpy()
+                                   for s, r in zip(self.sites, self.state.rho)}}
 
 
-class SGLDSA(AdaptiveSpikeSlab, SGLD):
-    """SGLD-SA (paper 001, Algorithm 1): SGLD on the weights, stochastic approximation
-    of the spike-and-slab hyperparameters; ``mode="em"`` is SGLD-EM.
+# ------------------------------------------------------------ the kernels
+def spike_slab_parts(dynamics) -> SGParts:
+    """The parts of an SA kernel: ``dynamics`` on the weights, the SA beside the loop and as the force."""
+    adaptation = SpikeSlabAdaptation()
+    return SGParts(dynamics, (adaptation,), force=adaptation)
+
+
+class SGLDSA(SGMCMCKernel):
+    """SGLD-SA (paper 001, Algorithm 1): SGLD on the weights (:class:`LangevinDynamics`), stochastic
+    approximation of the spike-and-slab hyperparameters (:class:`SpikeSlabAdaptation`);
+    ``mode="em"`` is SGLD-EM.
 
     Options: :class:`SGLDSAOptions`.
 
@@ -374,14 +377,28 @@ class SGLDSA(AdaptiveSpikeSlab, SGLD):
 
     Options = SGLDSAOptions
 
+    def sg_parts(self) -> SGParts:
+        return spike_slab_parts(LangevinDynamics())
 
-class SGHMCSA(AdaptiveSpikeSlab, SGHMC):
-    """SGHMC-SA (paper 001): SGHMC on the weights, stochastic approximation of the
-    spike-and-slab hyperparameters; ``mode="em"`` is SGHMC-EM.
+    @property
+    def state(self) -> SpikeSlabState:
+        """The current hyperparameters (kernel state, not sampled)."""
+        return self.component(SpikeSlabAdaptation).state
+
+
+class SGHMCSA(SGMCMCKernel):
+    """SGHMC-SA (paper 001): SGHMC on the weights (:class:`SGHMCDynamics`), stochastic approximation
+    of the spike-and-slab hyperparameters (:class:`SpikeSlabAdaptation`); ``mode="em"`` is SGHMC-EM.
 
     Options: :class:`SGHMCSAOptions`.
     """
 
     Options = SGHMCSAOptions
 
+    def sg_parts(self) -> SGParts:
+        return spike_slab_parts(SGHMCDynamics.from_options(self.options))
 
+    @property
+    def state(self) -> SpikeSlabState:
+        """The current hyperparameters (kernel state, not sampled)."""
+        return self.component(SpikeSlabAdaptation).state

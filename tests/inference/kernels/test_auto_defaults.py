@@ -14,7 +14,7 @@ from bnnzoo.data import load
 from bnnzoo.inference import SGHMC, SGHMCSA, SGLD, SGLDSA, BNNPotential, GroupSparseSGHMC, run
 from bnnzoo.inference.group_em import (group_sparse_rules, group_step_size_rule, guarded_e_step, no_signal_level,
                                        spike_patience, threshold_rules)
-from bnnzoo.inference.kernels.spike_slab_sa import SGLDSAOptions
+from bnnzoo.inference.kernels.spike_slab_sa import SGLDSAOptions, SpikeSlabAdaptation
 from bnnzoo.inference.stochastic_approximation import sa_sequence_rule, sa_weight
 from bnnzoo.inference.kernels.sgmcmc import fan_in_radius, step_size_rule
 from bnnzoo.inference.sgmcmc import largest_curvature
@@ -227,7 +227,7 @@ def test_sa_kernels_resolve_the_sa_sequence_from_n_and_the_batch(kernel, scale):
     theta = k.flatten(k.initial_params)
     for _ in range(3):
         theta = k.iterate(theta)[0]
-    assert k._omega == pytest.approx(sa_weight(3, k.resolved.sa_scale, k.resolved.sa_offset, k.resolved.sa_power))
+    assert k.component(SpikeSlabAdaptation).omega == pytest.approx(sa_weight(3, k.resolved.sa_scale, k.resolved.sa_offset, k.resolved.sa_power))
 
 
 def test_an_explicit_sa_option_wins():

@@ -5,6 +5,7 @@ exact posterior of a Bayesian linear regression with minibatches; statistics,
 thinning, NaN handling, chains that blow up (flagged failed) and bad options."""
 
 from bnnzoo.diagnostics import chain_table, summary, to_inference_data
+import inspect
 import itertools
 import json
 import math
@@ -348,3 +349,34 @@ def test_sgld_reports_the_sd_inflation_its_step_sizes_give():
         notes = kernel.notes()
     assert notes["expected_sd_inflation"].startswith(f"about {predicted:.3g}x along the stiffest direction")
     assert any("inflated about" in str(w.message) for w in caught)
+
+
+# ------------------------------------------------------------ the kernels' shape
+def test_every_sg_kernel_is_one_level_below_the_driver_and_composes_its_parts():
+    from bnnzoo.inference import GroupSparseSGHMC, SGHMCSA, SGLDSA
+    from bnnzoo.inference.kernels.group_sparse import GroupEM, GroupSparseDynamics, MeanLossForce
+    from bnnzoo.inference.kernels.sghmc import SGHMCDynamics
+    from bnnzoo.inference.kernels.sgld import LangevinDynamics
+    from bnnzoo.inference.kernels.sgmcmc import SGMCMCKernel
+    from bnnzoo.inference.kernels.spike_slab_sa import SpikeSlabAdaptation
+
+    expected = {SGLD: (LangevinDynamics, (), type(None)), SGHMC: (SGHMCDynamics, (), type(None)),
+                SGLDSA: (LangevinDynamics, (SpikeSlabAdaptation,), SpikeSlabAdaptation),
+                SGHMCSA: (SGHMCDynamics, (SpikeSlabAdaptation,), SpikeSlabAdaptation),
+                GroupSparseSGHMC: (GroupSparseDynamics, (GroupEM,), MeanLossForce)}
+    def methods(cls):
+        return {name for name, value in vars(cls).items() if inspect.isfunction(value) or isinstance(value, property)}
+
+    driver = methods(SGMCMCKernel)
+    model = BNN(zoo.cosine_mlp(hidden=2))
+    for cls, (dynamics, components, force) in expected.items():
+        assert cls.__bases__ == (SGMCMCKernel,), cls
+        if cls is not GroupSparseSGHMC:  # it keeps its E-step state and reporting in its own methods
+            overridden = driver & methods(cls)
+            assert overridden == {"sg_parts"}, (cls, overridden)
+        parts = cls(model).parts
+        assert type(parts.dynamics) is dynamics
+        assert tuple(type(c) for c in parts.components) == components
+        assert type(parts.force) is force
+        if components == (SpikeSlabAdaptation,):  # the SA is one object: the component and the force
+            assert parts.force is parts.components[0]
