@@ -58,40 +58,6 @@ positive = validation.positive
 fraction = validation.fraction
 
 
-def parameter_docs(cls) -> dict[str, str]:
-    """The first sentence of each entry of a numpydoc ``Parameters`` section of ``cls.__doc__``
-    (``name, other : type`` lines document every name they list), for option classes that keep
-    their meanings in the docstring rather than in :func:`option`."""
-    import re
-
-    lines = (cls.__doc__ or "").splitlines()
-    docs, names, text = {}, [], []
-
-    def flush():
-        sentence = re.split(r"(?<=[.;])\s", " ".join(text).strip(), maxsplit=1)[0].rstrip(".;")
-        for n in names:
-            docs.setdefault(n, re.sub(r"``|:\w+:`~?([^`]*)`", r"\1", sentence))
-
-    inside, base = False, 0
-    for line in lines:
-        stripped = line.strip()
-        if stripped == "Parameters":  # entries sit at its indent, their text deeper (Python 3.13
-            inside, base = True, len(line) - len(line.lstrip())  # dedents docstrings: 0, else 4)
-            continue
-        if not inside or set(stripped) <= {"-"}:
-            continue
-        head = re.match(r"^([A-Za-z_][\w, ]*?)(?: :|$)", stripped)
-        if head and len(line) - len(line.lstrip()) <= base:
-            flush()
-            names, text = [n.strip() for n in head.group(1).split(",")], []
-        elif stripped and names:
-            text.append(stripped)
-        elif not stripped and text and not names:
-            break
-    flush()
-    return docs
-
-
 def suggest(name: str, valid) -> str:
     """``"; did you mean 'x'?"`` for the closest valid names, or ``""``."""
     close = difflib.get_close_matches(name, list(valid), n=3, cutoff=0.6)

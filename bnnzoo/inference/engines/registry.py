@@ -26,7 +26,7 @@ from ..kernels.sghmc import SGHMC
 from ..kernels.sgld import SGLD
 from ..kernels.spike_slab_sa import SGHMCSA, SGLDSA
 from ..compilation import check_compile
-from ..options import choice, parameter_docs, suggest
+from ..options import choice, suggest
 from ..vi import VIOptions
 from .driver import run_flat_kernel, run_pyro_hmc, run_vi
 
@@ -84,8 +84,7 @@ class Engine:
 
     def option_docs(self) -> dict[str, str]:
         """One line of meaning per option."""
-        described = parameter_docs(self.options_cls)
-        docs = {f.name: f.metadata.get("doc") or described.get(f.name, "") for f in fields(self.options_cls)}
+        docs = {f.name: f.metadata.get("doc", "") for f in fields(self.options_cls)}
         docs = {k: docs.get(k, "") for k in self.defaults()}
         return {**docs, **{k: DRIVER_OPTIONS[k][1] for k in self.driver}}
 
