@@ -125,7 +125,7 @@ class _CheckpointedSampler(_UnarySampler):
 
             if hasattr(self.hook, "resumed"):  # progress lines count from where the run is
                 self.hook.resumed(chain * total + start)
-            policy = getattr(kernel, "compile_policy", None)
+            policy = getattr(getattr(kernel, "runtime", None), "policy", None)
             with deferred_interrupt() as interrupt:
                 for t in range(start, total):
                     warmup = t < self.warmup_steps

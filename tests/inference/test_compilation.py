@@ -9,7 +9,8 @@ import torch
 from bnnzoo.data import load
 from bnnzoo.inference import compilation, run
 from bnnzoo.inference.compilation import AutoCompile, check_compile, pays_back
-from bnnzoo.inference.kernels import ChEESHMC, hmc
+from bnnzoo.inference.kernels import ChEESHMC
+from bnnzoo.inference.runtime import LeapfrogRuntime
 from bnnzoo.inference.potential import BNNPotential, analytic
 from bnnzoo.models import BNN, zoo
 from tests.support.cases import needs_compiler
@@ -231,7 +232,7 @@ def test_compiled_trajectories_run_unrolled_and_draw_what_single_steps_draw(monk
     unrolled = run(zoo.cosine_mlp(hidden=5), data, **options)
     assert len(calls) == 3 * 8  # three per transition, 8 transitions
     assert graphs == {"leapfrog_steps"}
-    monkeypatch.setattr(hmc.FixedStepHMC, "_unrolled", lambda self, step_fn, num_steps: False)
+    monkeypatch.setattr(LeapfrogRuntime, "compiled", lambda self, potential, step_fn, num_steps: False)
     single = run(zoo.cosine_mlp(hidden=5), data, **options)
     for name, draws in single.samples.items():
         torch.testing.assert_close(torch.as_tensor(unrolled.samples[name]), torch.as_tensor(draws),

@@ -16,7 +16,7 @@ from bnnzoo.inference import cuda_graphs
 from bnnzoo.inference.checkpoint import restore_object, snapshot_object
 from bnnzoo.inference.cuda_graphs import GraphedLeapfrog
 from bnnzoo.inference.integrators import EnergyTracker, kinetic_energy, leapfrog
-from bnnzoo.inference.kernels import hmc
+from bnnzoo.inference.runtime import LeapfrogRuntime
 from bnnzoo.inference.potential import BNNPotential, initial_theta
 from bnnzoo.models import BNN, zoo
 
@@ -118,15 +118,15 @@ def test_chees_through_graphed_trajectories_draws_what_it_drew_without(monkeypat
     without = _chees()
     made = []
 
-    def graphed_on_cpu(self, theta, step_fn, num_steps):
+    def graphed_on_cpu(self, potential, theta, step_fn, num_steps):
         if step_fn is None or not isinstance(num_steps, int) or num_steps < 1:
             return None
-        if self._graph is None:
-            self._graph = GraphedLeapfrog(step_fn, capture=as_is)
-            made.append(self._graph)
-        return self._graph
+        if self.graph is None:
+            self.graph = GraphedLeapfrog(step_fn, capture=as_is)
+            made.append(self.graph)
+        return self.graph
 
-    monkeypatch.setattr(hmc.FixedStepHMC, "_graphed", graphed_on_cpu)
+    monkeypatch.setattr(LeapfrogRuntime, "cuda_graph", graphed_on_cpu)
     with_graphs = _chees()
     assert made and made[0].captures == 1
     assert with_graphs.notes["cuda_graphs"] == "leapfrog steps replayed from 1 captured CUDA graph(s)"

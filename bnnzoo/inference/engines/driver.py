@@ -182,7 +182,7 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
         warnings.warn(f"{engine.name}: {slow}", stacklevel=2)
     policy = None
     if compile == "auto":
-        policy = kernel.compile_policy = _auto_compile(kernel, potential, warmup_steps, num_samples,
+        policy = kernel.runtime.policy = _auto_compile(kernel, potential, warmup_steps, num_samples,
                                                        1 if vectorized else num_chains)
     if vectorized and num_chains > 1:
         check_memory(model, num_chains, int(x.shape[0]), engine.name, device=x.device)

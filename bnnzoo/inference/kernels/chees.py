@@ -19,7 +19,6 @@ import torch
 from ..adaptation import (ScalarAdam, WarmupComponent, chees_gradient, halton, harmonic_statistic, late_mass_windows,
                           mass_windows)
 from ..integrators import velocity
-from ..potential.analytic import UNROLL
 from .hmc import FixedStepHMC, WarmupOptions, WarmupParts
 from ..options import choice, flag, integer, option, optional, positive
 
@@ -162,7 +161,7 @@ class ChEESHMC(FixedStepHMC):
         value, grad = self.current(theta)
         x, p = theta, self.momentum(theta)
         cap = max_steps or self.options.max_leapfrog_steps
-        stride = UNROLL if self._unrolled(self.leapfrog_step_fn(), UNROLL) else 1
+        stride = self.runtime.stride(self.potential, self.leapfrog_step_fn())
         turned = torch.full(theta.shape[:-1], cap, dtype=torch.long, device=theta.device)
         step = 0
         while step < cap:

@@ -24,10 +24,8 @@ import torch
 
 from ..adaptation import (WarmupComponent, WarmupStep, WindowAdaptation, find_step_size, harmonic_mean_acceptance,
                           harmonic_statistic, mass_windows)
-from .. import cuda_graphs
-from ..cuda_graphs import GraphedLeapfrog
-from ..integrators import EnergyTracker, kinetic_energy, leapfrog
-from ..potential.analytic import UNROLL, unroll_step_sizes
+from ..integrators import EnergyTracker, kinetic_energy
+from ..runtime import LeapfrogRuntime
 from ..tuning import resolve_target_accept
 from .base import BaseOptions, FlatKernel, metropolis_accept
 from ..options import flag, fraction, integer, option, optional, positive
@@ -113,8 +111,6 @@ class FixedStepHMC(FlatKernel):
     Options = HMCOptions
     stat_names = ("acceptance_rate", "diverging", "energy", "energy_error", "max_energy_error", "step_size",
                   "n_steps", "lp")
-    #: a :class:`~bnnzoo.inference.compilation.AutoCompile` (``compile="auto"``), set by the driver
-    compile_policy = None
     #: whether a compiled potential's trajectories run its four-step graph (fixed-length
     #: trajectories on the potential's own step; ``compile="auto"`` assumes more speed-up then)
     multi_step_graph = True
@@ -128,7 +124,9 @@ class FixedStepHMC(FlatKernel):
         self.warmup: WindowAdaptation | None = None
         self._force_cache: tuple | None = None  # (theta, force_key, U, force)
         self._last_step: float | Tensor = self.step_size
-        self._graph: GraphedLeapfrog | None = None  # the leapfrog as a CUDA graph (_graphed)
+        # how the leapfrog runs (eager, compiled, CUDA graph) and the compile="auto" policy the driver set
+        runtime = getattr(self, "runtime", None)
+        self.runtime = runtime.fresh() if runtime is not None else LeapfrogRuntime()
 
     def prepare(self, theta: Tensor) -> None:
         self.inv_mass = torch.ones_like(theta) if self.per_chain_mass else theta.new_ones(theta.shape[-1])
@@ -200,60 +198,15 @@ class FixedStepHMC(FlatKernel):
         """One leapfrog step on the force, e.g. a potential's compiled step; None: the generic one."""
         return self.potential.leapfrog_step
 
-    def _graphed(self, theta: Tensor, step_fn, num_steps) -> GraphedLeapfrog | None:
-        """The kernel's :class:`~bnnzoo.inference.cuda_graphs.GraphedLeapfrog` where one applies: on
-        CUDA, a potential whose step may be captured (``graphable``), one step count for all chains."""
-        if (not theta.is_cuda or step_fn is None or not isinstance(num_steps, int) or num_steps < 1
-                or not getattr(self.potential, "graphable", False) or not cuda_graphs.enabled()):
-            return None
-        key = (self.potential, getattr(self.potential, "compile", None))
-        if self._graph is None or self._graph.key != key:
-            self._graph = GraphedLeapfrog(step_fn, key)
-        return self._graph
-
-    def _unrolled(self, step_fn, num_steps) -> bool:
-        """True where the compiled multi-step graph applies: the potential's own compiled step and
-        one step count for all chains."""
-        return (isinstance(num_steps, int) and num_steps >= 1 and getattr(self.potential, "compile", False)
-                and step_fn == getattr(self.potential, "leapfrog_step", None))
-
-    def _unrolled_leapfrog(self, theta, p, grad, step, num_steps, tracker):
-        """``num_steps`` steps as calls of the potential's compiled ``leapfrog_steps``, UNROLL steps
-        each, the last call padded with steps of size 0 (:func:`~bnnzoo.inference.potential.analytic.unroll_step_sizes`):
-        the trajectory of :func:`leapfrog`, on one graph."""
-        blocks, rest = divmod(num_steps, UNROLL)
-        high, low = tracker.bounds() if tracker is not None else (grad.new_zeros(len(grad)), grad.new_zeros(len(grad)))
-        full = [unroll_step_sizes(step, theta)] * blocks if blocks else []
-        last = [unroll_step_sizes(step, theta, rest)] if rest else []
-        for sizes in full + last:
-            theta, p, value, grad, high, low = self.potential.leapfrog_steps(theta, p, grad, sizes, self.inv_mass,
-                                                                             high, low)
-        if tracker is not None:
-            tracker.set_bounds(high, low)
-        return theta, p, value, grad
-
     def advance(self, theta: Tensor, p: Tensor, value: Tensor, force: Tensor, step: float | Tensor, num_steps: int,
                 tracker: EnergyTracker | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """``num_steps`` leapfrog steps from ``(theta, p)`` (``value``, ``force`` at ``theta``):
-        replayed from a CUDA graph, through the potential's compiled multi-step graph, or step by
-        step; ``(theta', p', U', force')``."""
-        step_fn = self.leapfrog_step_fn()
-        graphed = self._graphed(theta, step_fn, num_steps)
-        end = graphed.leapfrog(theta, p, force, step, num_steps, self.inv_mass, tracker) if graphed else None
-        if end is None and self._unrolled(step_fn, num_steps):
-            end = self._unrolled_leapfrog(theta, p, force, step, num_steps, tracker)
-        if end is None:
-            end = leapfrog(theta, p, force, step, num_steps, self.evaluate, self.inv_mass, value, step=step_fn,
-                           track_energy=tracker)
-        return end
+        """``num_steps`` leapfrog steps from ``(theta, p)`` (``value``, ``force`` at ``theta``), run by the
+        kernel's :class:`~bnnzoo.inference.runtime.LeapfrogRuntime`: ``(theta', p', U', force')``."""
+        return self.runtime.leapfrog(self.potential, theta, p, value, force, step, num_steps, self.inv_mass,
+                                     self.evaluate, self.leapfrog_step_fn(), tracker)
 
     def notes(self) -> dict:
-        notes = super().notes()
-        if self._graph is not None:  # ran on CUDA with a graphable potential
-            g = self._graph
-            notes["cuda_graphs"] = (f"capture failed ({g.failed}); ran without graphs" if g.failed else
-                                    f"leapfrog steps replayed from {g.captures} captured CUDA graph(s)")
-        return notes
+        return {**super().notes(), **self.runtime.notes()}
 
     def current(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`evaluate`, from the cache when ``theta`` is the chains' current point."""
@@ -313,8 +266,7 @@ class FixedStepHMC(FlatKernel):
         if self.in_warmup and self.warmup is not None:
             self.warmup.update(self, self._t, WarmupStep(theta, theta_out, prob, diverging, tr.finite, tr.theta, tr.p,
                                                          num_steps * float(self.step_size)))
-        if self.compile_policy is not None:
-            self.compile_policy.observe(num_steps, theta_out)
+        self.runtime.observe(num_steps, theta_out)
         return theta_out, stats
 
     def extra_stats(self, theta: Tensor) -> dict[str, Tensor]:

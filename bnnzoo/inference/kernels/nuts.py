@@ -325,8 +325,7 @@ class BatchedNUTS(FixedStepHMC):
                  "lp": -value_out}
         if self.in_warmup and self.warmup is not None:
             self.warmup.update(self, self._t, WarmupStep(theta, theta_out, prob, diverging))
-        if self.compile_policy is not None:
-            self.compile_policy.observe(self._batched_steps, theta_out)
+        self.runtime.observe(self._batched_steps, theta_out)
         return theta_out, stats
 
     # ------------------------------------------------------------ warm-up
