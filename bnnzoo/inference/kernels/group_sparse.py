@@ -84,7 +84,7 @@ from .sgmcmc import (Dynamics, Force, SGComponent, SGMCMCKernel, SGMCMCOptions, 
                      minibatch_data)
 
 __all__ = ["GroupEM", "GroupSparseDynamics", "GroupSparseSGHMC", "GroupSparseSGHMCOptions", "MeanLossForce",
-           "fan_in_radius", "group_sites"]
+           "fan_in_radius", "group_sites", "site_decays"]
 
 Tensor = torch.Tensor
 
