@@ -84,7 +84,7 @@ from .sgmcmc import (Dynamics, Force, SGComponent, SGMCMCKernel, SGMCMCOptions, 
                      minibatch_data)
 
 __all__ = ["GroupEM", "GroupSparseDynamics", "GroupSparseSGHMC", "GroupSparseSGHMCOptions", "MeanLossForce",
-           "fan_in_radius", "group_sites"]
+           "fan_in_radius", "group_sites", "site_decays"]
 
 Tensor = torch.Tensor
 
@@ -110,6 +110,20 @@ class GroupSparseSGHMCOptions(GroupSparseOptions, SGMCMCOptions):
     init_radius: float | str = option(AUTO, "initial points uniform in (-r, r); 'fan_in': r = 1/sqrt(fan_in) "
                                       "(PyTorch's, the paper's); auto: the same for weights, biases uniform in "
                                       "[0, r) (no unit starts dead by its bias)", _init_radius)
+
+    #: with the cyclical schedule, ``thin`` counts cycles and a draw is the point at a cycle's end
+    draws_at_cycle_ends = True
+    #: ``init_radius="auto"``: the biases start uniform in [0, r) (no unit starts dead by its bias)
+    auto_init_biases = "nonnegative"
+
+    def auto_step_size(self, curvature: float, schedule: str, num_data: int | None) -> float:
+        """``step_size="auto"``: :func:`~bnnzoo.inference.group_em.group_step_size_rule` of the curvature of
+        the *mean* loss (the likelihood's over N)."""
+        return group_step_size_rule(curvature / num_data)
+
+    def temperature_schedule(self, num_data: int | None = None) -> tuple[float, float, float]:
+        """A constant inverse temperature :math:`1/T`, T = ``temperature`` (None: :math:`N^{-1/2}`)."""
+        return 1.0 / (self.temperature or num_data ** -0.5), 1.0, math.inf
 
 
 # ------------------------------------------------------------ groups of a model
@@ -172,7 +186,10 @@ def fan_in(site: GroupSite) -> int:
 # ------------------------------------------------------------ the kernel
 class GroupSparseSGHMC(SGMCMCKernel):
     r"""Paper 004's SGHMC with group spike-and-slab EM and one-shot group pruning
-    (module docstring), as a Pyro ``MCMCKernel`` on vectorized chains.
+    (module docstring), as a Pyro ``MCMCKernel`` on vectorized chains: the driver with
+    :class:`GroupSparseDynamics`, the E-step :class:`GroupEM` beside the loop (its state, the
+    pruning guard, the statistics, the final mask and the end-of-run checks) and the mean-loss
+    force :class:`MeanLossForce`.
 
     Options: :class:`GroupSparseSGHMCOptions` (the update's and the E-step's
     :class:`~bnnzoo.inference.group_em.GroupSparseOptions`, and the SG-MCMC ones:
@@ -189,241 +206,21 @@ class GroupSparseSGHMC(SGMCMCKernel):
     >>> from bnnzoo.models import BNN, zoo
     >>> kernel = GroupSparseSGHMC(BNN(zoo.get("group_sparse_mlp")), batch_size=1024, cycle_length=5000)
     >>> MCMC(kernel, num_samples=4, warmup_steps=10000).run(x, y)
+    >>> kernel.em.keep   # the hard mask, [C, D] (False: pruned)
     """
 
     Options = GroupSparseSGHMCOptions
 
-    def __init__(self, model=None, potential=None, **options):
-        super().__init__(model, potential, **options)
-        self.rule = self.options
-
-    # ---------------------------------------------------------------- state
-    def _reset(self) -> None:
-        super()._reset()
-        self._decay: Tensor | None = None  # [C, D] weight decay per coordinate
-        self._keep: Tensor | None = None  # [C, D] hard mask (False: pruned)
-        self._below: Tensor | None = None  # [C, D] E-steps in a row below the hard threshold (per group)
-        self._last_theta: Tensor | None = None  # [C, D] the last draw
-
-    def check_potential(self, potential) -> None:
-        super().check_potential(potential)
-        self._decays(potential, group_sites(potential, type(self).__name__))
-
-    def _decays(self, potential, sites) -> tuple[Tensor, list[float], list[float]]:
-        """The ``[D]`` decay outside the groups, and each grouped site's slab and spike decays."""
-        n, rule = potential.num_data, self.rule
-        outside = _prior_decay(potential, sites) if rule.decay == "prior" else \
-            torch.full((potential.dim,), float(rule.decay), **potential.placement)
-        slab = [1.0 / (n * s.prior.slab_scale ** 2) if rule.slab_decay == "prior" else float(rule.slab_decay)
-                for s in sites]
-        spike = [1.0 / (n * s.prior.spike_scale ** 2) if rule.spike_decay == "prior" else float(rule.spike_decay)
-                 for s in sites]
-        return outside, slab, spike
-
-    def resolve_auto(self, theta: Tensor) -> dict:
-        """The ``"auto"`` options from N, B, C_0^2 and each grouped layer's fan-in
-        (:func:`~bnnzoo.inference.group_em.group_sparse_rules`, :func:`~bnnzoo.inference.group_em.threshold_rules`);
-        the thresholds are per grouped site, ``{site: value}``."""
-        auto, opts = self.options.auto_fields(), self.options
-        potential = self.potential
-        epoch = math.ceil(potential.num_data / (self.batch_size or potential.num_data))
-        em_every = opts.em_every or epoch
-        values = {}
-        if "step_size" in auto:
-            values["step_size"] = group_step_size_rule(self.curvature(theta) / potential.num_data)
-        rules = group_sparse_rules(epoch, em_every, values.get("step_size", opts.step_size))
-        values.update({k: v for k, v in rules.items() if k in auto})
-        if "cycle_length" in values and opts.schedule != "cyclical":
-            del values["cycle_length"]
-        sites = group_sites(potential, type(self).__name__)
-        spike = self._decays(potential, sites)[2]
-        for name in ("soft_threshold", "hard_threshold"):
-            if name in auto:
-                values[name] = {s.name: threshold_rules(fan_in(s), potential.num_data, d)[name]
-                                for s, d in zip(sites, spike)}
-        if "prune_patience" in auto and "hard_threshold" in auto:
-            step = values.get("step_size", opts.step_size)
-            floors = [d for s, d in zip(sites, spike) if threshold_rules(fan_in(s), potential.num_data, d)
-                      ["hard_threshold"] > threshold_rules(fan_in(s))["hard_threshold"]]
-            if floors:
-                cycle = opts.cycle_length if isinstance(opts.cycle_length, int) else rules["cycle_length"]
-                values["prune_patience"] = max(values["prune_patience"],
-                                               spike_patience(step, min(floors), em_every, cycle))
-        if "hard_threshold" in auto:
-            for site, d in zip(sites, spike):
-                message = small_data_warning(type(self).__name__, site.name, fan_in(site), potential.num_data, d,
-                                             values.get("prune_patience", opts.prune_patience) * em_every)
-                if message:
-                    warnings.warn(message, stacklevel=2)
-        return values
-
-    def initial_radius(self) -> float | Tensor:
-        """``"auto"`` and ``"fan_in"``: 1/sqrt(fan_in) for every layer's weight and bias (the biases of
-        ``"auto"`` are folded to [0, r) by :meth:`initial_point`)."""
-        if isinstance(self.options.init_radius, str):
-            return fan_in_radius(self.potential)
-        return self.init_radius
-
-    def initial_point(self) -> Tensor:
-        """``init_radius="auto"``: PyTorch's start with every bias made nonnegative, :math:`|b|`."""
-        theta = super().initial_point()
-        if self.options.init_radius == AUTO:
-            shapes = self.potential.shapes
-            for name, index in self.potential.slices.items():
-                if name.endswith(".bias") and len(shapes.get(f"{name.rsplit('.', 1)[0]}.weight", ())) > 1:
-                    theta[:, index] = theta[:, index].abs()
-        return theta
-
-    def _per_site(self, name: str) -> list[float]:
-        value = self.auto_values.get(name, getattr(self.options, name))
-        return [value[s.name] for s in self._sites] if isinstance(value, dict) else [float(value)] * len(self._sites)
-
-    def prepare(self, theta: Tensor) -> None:
-        super().prepare(theta)
-        self.rule = self.resolved
-        potential = self.potential
-        self._sites = group_sites(potential, type(self).__name__)
-        self._soft, self._hard = self._per_site("soft_threshold"), self._per_site("hard_threshold")
-        outside, self._slab, self._spike = self._decays(potential, self._sites)
-        epoch = math.ceil(potential.num_data / (self.batch_size or potential.num_data))
-        self._em_every = self.rule.em_every or epoch
-        self._temperature = self.rule.temperature or potential.num_data ** -0.5
-        for site, slab in zip(self._sites, self._slab):  # every group starts in the slab
-            outside[site.index] = slab
-        self._decay = outside.expand(self.num_chains, -1).clone()
-        self._keep = torch.ones(self.num_chains, potential.dim, dtype=torch.bool, device=theta.device)
-        self._below = torch.zeros(self.num_chains, potential.dim, dtype=torch.long, device=theta.device)
-
-    def temperature_schedule(self) -> tuple[float, float, float]:
-        """A constant inverse temperature :math:`1/T`."""
-        return 1.0 / self._temperature, 1.0, math.inf
-
-    def first_pruning(self) -> int:
-        """The first iteration at which a group can be pruned: the first E-step, then ``prune_patience``
-        E-steps below the hard threshold."""
-        return (int(self.rule.em_warmup) + int(self.rule.prune_patience) - 1) * self._em_every + 1
-
-    def notes(self) -> dict:
-        notes = super().notes()
-        if self.options.schedule == "cyclical":
-            notes["iterations_per_draw"] = f"{self.thin} cycle(s): draws at cycle ends"
-        if self._keep is not None and self._k:
-            first = self.first_pruning()
-            notes["first_pruning_iteration"] = first
-            if self._k < first:
-                warnings.warn(f"{type(self).__name__}: the run ended at iteration {self._k}, before any group could "
-                              f"be pruned (first E-step at iteration {int(self.rule.em_warmup) * self._em_every + 1}, "
-                              f"then prune_patience={self.rule.prune_patience} E-steps below hard_threshold: "
-                              f"iteration {first}), so the mask keeps every input; run more iterations "
-                              f"(warmup_steps of at least {first})")
-            else:
-                self._warn_undecided()
-            if self._last_theta is not None:
-                notes["pruned_with_signal"] = self._check_pruned(self._last_theta)
-        return notes
-
-    def _warn_undecided(self) -> None:
-        """One line per grouped site where, at the end, some groups are neither pruned nor in the slab (their
-        mean w^2 between the thresholds at the last E-step): the selection of those inputs is not finished."""
-        for site, slab in zip(self._sites, self._slab):
-            active, in_slab = self._group_counts(site, slab)
-            undecided = int((active - in_slab).max())
-            if undecided:
-                warnings.warn(f"{type(self).__name__}: {site.name}: at the end {undecided} group(s) are neither "
-                              f"pruned nor in the slab (mean w^2 between the hard and the soft threshold): their "
-                              f"selection is not finished; run more iterations (or give more rows) before reading "
-                              f"the mask")
-
-    def _check_pruned(self, theta: Tensor) -> dict[str, list[list[int]]]:
-        """The groups pruned at the end whose weights the data still pull away from zero
-        (:func:`~bnnzoo.inference.group_em.pruned_score_test` on :data:`SCORE_BATCHES` batches of the training
-        rows at the last draw, Bonferroni over each chain's pruned groups at level :data:`SCORE_LEVEL`), per
-        grouped site and chain; one warning per site that has any."""
-        x, y = self.potential.x, self.potential.y
-        k = min(SCORE_BATCHES, x.shape[0])
-        edges = [round(i * x.shape[0] / k) for i in range(k + 1)]
-        columns = torch.cat([torch.arange(self.potential.dim, device=theta.device)[s.index] for s in self._sites])
-        scores = torch.stack([log_likelihood_and_grad(self.potential, theta, x[a:b], y[a:b])[1][:, columns]
-                              for a, b in zip(edges[:-1], edges[1:])])
-        found, start = {}, 0
-        for site in self._sites:
-            size = math.prod(site.shape)
-            site_scores = self._groups(scores[..., start:start + size], site)  # [K, C, G, p]
-            start += size
-            pruned = ~self._groups(self._keep[:, site.index], site).any(-1)  # [C, G]
-            p_value = pruned_score_test(site_scores)[1]
-            level = SCORE_LEVEL / pruned.sum(-1, keepdim=True).clamp_min(1)
-            flagged = pruned & (p_value < level)
-            found[site.name] = [torch.nonzero(row).flatten().tolist() for row in flagged]
-            if flagged.any():
-                chains = "; ".join(f"chain {c}: group(s) {', '.join(map(str, g))}"
-                                   for c, g in enumerate(found[site.name]) if g)
-                warnings.warn(f"{type(self).__name__}: {site.name}: pruned group(s) that the data still pull away "
-                              f"from zero at the end ({chains}; score test at level {SCORE_LEVEL:g} over the pruned "
-                              f"groups): they were likely pruned before their effect was learned, so the mask "
-                              f"misses them; rerun with a larger prune_patience or em_warmup (or a lower "
-                              f"hard_threshold)")
-        return found
-
-    def _groups(self, x: Tensor, site: GroupSite) -> Tensor:
-        """``[..., C, site size]`` -> ``[..., C, groups, weights per group]`` (groups in the order of the
-        site's dims outside a group, as ``pruning_mask`` reads them)."""
-        lead, rank = x.shape[:-1], len(site.shape)
-        between = [d for d in range(rank) if d - rank not in site.within]
-        inside = [d for d in range(rank) if d - rank in site.within]
-        x = x.reshape(lead + site.shape).permute(*range(len(lead)), *(len(lead) + d for d in between + inside))
-        return x.reshape(lead + (math.prod(site.shape[d] for d in between), -1))
-
-    # ------------------------------------------------------------- one step
     def sg_parts(self) -> SGParts:
         """Paper 004's update (:class:`GroupSparseDynamics`), the E-step beside it (:class:`GroupEM`),
         the mean-loss force (:class:`MeanLossForce`)."""
-        return SGParts(GroupSparseDynamics(), (GroupEM(),), force=MeanLossForce())
+        em = GroupEM()
+        return SGParts(GroupSparseDynamics(em), (em,), force=MeanLossForce())
 
-    def _site_view(self, x: Tensor, site: GroupSite) -> Tensor:
-        return x[:, site.index].reshape((self.num_chains,) + site.shape)
-
-    def _e_step(self, theta: Tensor) -> None:
-        for site, slab, spike, soft, hard in zip(self._sites, self._slab, self._spike, self._soft, self._hard):
-            decay, keep, below = guarded_e_step(self._site_view(theta, site), site.within,
-                                                self._site_view(self._keep, site), self._site_view(self._below, site),
-                                                soft, hard, slab, spike, self.rule.prune_patience)
-            self._decay[:, site.index] = decay.reshape(self.num_chains, -1)
-            self._keep[:, site.index] = keep.reshape(self.num_chains, -1)
-            self._below[:, site.index] = below.reshape(self.num_chains, -1)
-
-    def iterations_per_draw(self) -> int:
-        """After warm-up with the cyclical schedule: to the end of the ``thin``-th cycle from here."""
-        if self.in_warmup or self.schedule.kind != "cyclical":
-            return super().iterations_per_draw()
-        length = self.schedule.cycle_length
-        return length - self._k % length + (self.thin - 1) * length
-
-    # ------------------------------------------------------------ reporting
-    def _group_counts(self, site: GroupSite, slab_decay: float) -> tuple[Tensor, Tensor]:
-        """Per chain: groups not pruned, and those of them in the slab."""
-        keep, decay = self._site_view(self._keep, site), self._site_view(self._decay, site)
-        first = tuple(slice(0, 1) if d - len(site.shape) in site.within else slice(None)
-                      for d in range(len(site.shape)))
-        keep, decay = keep[(slice(None),) + first], decay[(slice(None),) + first]
-        dtype = torch.get_default_dtype()
-        active = keep.reshape(self.num_chains, -1).sum(-1).to(dtype)
-        slab = (keep & (decay == slab_decay)).reshape(self.num_chains, -1).sum(-1).to(dtype)
-        return active, slab
-
-    def draw_stats(self, theta: Tensor) -> dict[str, Tensor]:
-        self._last_theta = theta  # the score test of the pruned groups at the end (notes())
-        keep = torch.cat([self._keep[:, s.index] for s in self._sites], -1)
-        stats = {"sparsity": (~keep).to(torch.get_default_dtype()).mean(-1)}
-        for site, slab in zip(self._sites, self._slab):
-            stats[f"active_groups[{site.name}]"], stats[f"slab_groups[{site.name}]"] = self._group_counts(site, slab)
-        return stats
-
-    def final_state(self) -> dict:
-        extras = super().final_state()
-        if self._keep is not None:
-            extras["pruning_mask"] = {s.name: self._site_view(self._keep, s).cpu().numpy() for s in self._sites}
-        return extras
+    @property
+    def em(self) -> GroupEM:
+        """The group E-step: decays, hard mask and pruning guard of the current run."""
+        return self.component(GroupEM)
 
 
 # ------------------------------------------------------------ the kernel's parts
@@ -457,23 +254,237 @@ def log_likelihood_and_grad(potential, theta: Tensor, x: Tensor, y: Tensor) -> t
 
 
 class GroupSparseDynamics(Dynamics):
-    """Paper 004's update (module docstring) under the kernel's current decays and hard mask; the
-    auxiliary state is ``(momentum, rho, noise)``."""
+    """Paper 004's update (module docstring) under the current decays and hard mask of the E-step
+    ``em`` (a :class:`GroupEM`, the same object the kernel holds as its component); the auxiliary
+    state is ``(momentum, rho, noise)``."""
+
+    def __init__(self, em: GroupEM):
+        self.em = em
 
     def initial_aux(self, kernel, theta, step_size, inverse_temperature):
-        return kernel.rule.initial_state(theta)
+        return kernel.resolved.initial_state(theta)
 
     def step(self, kernel, theta, aux, grad, step_size, inverse_temperature):
         momentum, rho, noise = aux
-        theta, momentum, rho, noise = kernel.rule.update(theta, momentum, rho, noise, grad, kernel._decay, step_size,
-                                                         1.0 / inverse_temperature, kernel.num_data, kernel._keep)
+        theta, momentum, rho, noise = kernel.resolved.update(theta, momentum, rho, noise, grad, self.em.decay,
+                                                             step_size, 1.0 / inverse_temperature, kernel.num_data,
+                                                             self.em.keep)
         return theta, (momentum, rho, noise)
 
 
-class GroupEM(SGComponent):
-    """The group E-step beside the loop: once per ``em_every`` iterations after ``em_warmup`` of them,
-    before the update, the kernel's decays, hard mask and pruning guard from the current weights."""
+def site_decays(potential, sites: list[GroupSite], rule) -> tuple[Tensor, list[float], list[float]]:
+    """The ``[D]`` decay outside the groups, and each grouped site's slab and spike decays, from the
+    options ``rule`` (numbers, or ``"prior"``: 1/(N s^2) from the model's priors)."""
+    n = potential.num_data
+    outside = _prior_decay(potential, sites) if rule.decay == "prior" else \
+        torch.full((potential.dim,), float(rule.decay), **potential.placement)
+    slab = [1.0 / (n * s.prior.slab_scale ** 2) if rule.slab_decay == "prior" else float(rule.slab_decay)
+            for s in sites]
+    spike = [1.0 / (n * s.prior.spike_scale ** 2) if rule.spike_decay == "prior" else float(rule.spike_decay)
+             for s in sites]
+    return outside, slab, spike
 
+
+class GroupEM(SGComponent):
+    """The group E-step beside the loop, with its state and its reporting: once per ``em_every``
+    iterations after ``em_warmup`` of them, before the update, the decays, hard mask and pruning
+    guard from the current weights (:func:`~bnnzoo.inference.group_em.guarded_e_step`); the
+    E-step's ``"auto"`` rules; per draw the sparsity and each site's active and slab groups; the
+    final mask (``pruning_mask``); at the end of a run the notes and warnings on the pruning (too
+    short to prune, undecided groups, pruned groups that still carry signal).
+
+    State (plain attributes, set up by :meth:`prepare`): ``decay`` ``[C, D]`` the weight decay per
+    coordinate, ``keep`` ``[C, D]`` the hard mask (False: pruned), ``below`` ``[C, D]`` the E-steps
+    in a row below the hard threshold (per group), ``last_theta`` the last draw; per grouped site
+    (``sites``) its ``slab``, ``spike`` decays and ``soft``, ``hard`` thresholds; ``em_every``,
+    ``em_warmup``, ``prune_patience``.
+    """
+
+    def __init__(self):
+        self.decay: Tensor | None = None  # [C, D] weight decay per coordinate
+        self.keep: Tensor | None = None  # [C, D] hard mask (False: pruned)
+        self.below: Tensor | None = None  # [C, D] E-steps in a row below the hard threshold (per group)
+        self.last_theta: Tensor | None = None  # [C, D] the last draw
+
+    # ---------------------------------------------------------------- setup
+    def check_potential(self, kernel, potential) -> None:
+        site_decays(potential, group_sites(potential, type(kernel).__name__), kernel.resolved)
+
+    def resolve_auto(self, kernel, theta: Tensor) -> dict:
+        """The ``"auto"`` options from N, B, C_0^2 and each grouped layer's fan-in
+        (:func:`~bnnzoo.inference.group_em.group_sparse_rules`, :func:`~bnnzoo.inference.group_em.threshold_rules`);
+        the thresholds are per grouped site, ``{site: value}``. C_0^2 is the driver's ``"auto"`` step
+        (:meth:`GroupSparseSGHMCOptions.auto_step_size`, from the curvature the driver measured)."""
+        auto, opts = kernel.options.auto_fields(), kernel.options
+        potential = kernel.potential
+        epoch = math.ceil(potential.num_data / (kernel.batch_size or potential.num_data))
+        em_every = opts.em_every or epoch
+        step = opts.step_size
+        if "step_size" in auto:
+            step = opts.auto_step_size(kernel.curvature(theta), opts.schedule, potential.num_data)
+        rules = group_sparse_rules(epoch, em_every, step)
+        values = {k: v for k, v in rules.items() if k in auto}
+        if "cycle_length" in values and opts.schedule != "cyclical":
+            del values["cycle_length"]
+        sites = group_sites(potential, type(kernel).__name__)
+        spike = site_decays(potential, sites, kernel.resolved)[2]
+        for name in ("soft_threshold", "hard_threshold"):
+            if name in auto:
+                values[name] = {s.name: threshold_rules(fan_in(s), potential.num_data, d)[name]
+                                for s, d in zip(sites, spike)}
+        if "prune_patience" in auto and "hard_threshold" in auto:
+            floors = [d for s, d in zip(sites, spike) if threshold_rules(fan_in(s), potential.num_data, d)
+                      ["hard_threshold"] > threshold_rules(fan_in(s))["hard_threshold"]]
+            if floors:
+                cycle = opts.cycle_length if isinstance(opts.cycle_length, int) else rules["cycle_length"]
+                values["prune_patience"] = max(values["prune_patience"],
+                                               spike_patience(step, min(floors), em_every, cycle))
+        if "hard_threshold" in auto:
+            for site, d in zip(sites, spike):
+                message = small_data_warning(type(kernel).__name__, site.name, fan_in(site), potential.num_data, d,
+                                             values.get("prune_patience", opts.prune_patience) * em_every)
+                if message:
+                    warnings.warn(message, stacklevel=2)
+        return values
+
+    def _per_site(self, kernel, name: str) -> list[float]:
+        value = kernel.auto_values.get(name, getattr(kernel.options, name))
+        return [value[s.name] for s in self.sites] if isinstance(value, dict) else [float(value)] * len(self.sites)
+
+    def prepare(self, kernel, theta: Tensor) -> None:
+        potential, rule = kernel.potential, kernel.resolved
+        self.sites = group_sites(potential, type(kernel).__name__)
+        self.soft, self.hard = self._per_site(kernel, "soft_threshold"), self._per_site(kernel, "hard_threshold")
+        outside, self.slab, self.spike = site_decays(potential, self.sites, rule)
+        epoch = math.ceil(potential.num_data / (kernel.batch_size or potential.num_data))
+        self.em_every = rule.em_every or epoch
+        self.em_warmup, self.prune_patience = rule.em_warmup, rule.prune_patience
+        for site, slab in zip(self.sites, self.slab):  # every group starts in the slab
+            outside[site.index] = slab
+        self.decay = outside.expand(kernel.num_chains, -1).clone()
+        self.keep = torch.ones(kernel.num_chains, potential.dim, dtype=torch.bool, device=theta.device)
+        self.below = torch.zeros(kernel.num_chains, potential.dim, dtype=torch.long, device=theta.device)
+
+    def first_pruning(self) -> int:
+        """The first iteration at which a group can be pruned: the first E-step, then ``prune_patience``
+        E-steps below the hard threshold."""
+        return (int(self.em_warmup) + int(self.prune_patience) - 1) * self.em_every + 1
+
+    # ------------------------------------------------------------- one step
     def before_update(self, kernel, theta: Tensor) -> None:
-        if em_due(kernel._k, kernel._em_every, kernel.rule.em_warmup):
-            kernel._e_step(theta)
+        if em_due(kernel._k, self.em_every, self.em_warmup):
+            self.e_step(theta)
+
+    def _site_view(self, x: Tensor, site: GroupSite) -> Tensor:
+        return x[:, site.index].reshape((x.shape[0],) + site.shape)
+
+    def e_step(self, theta: Tensor) -> None:
+        """The E-step at ``theta`` ``[C, D]``: new decays, hard mask and pruning guard, per grouped site."""
+        chains = theta.shape[0]
+        for site, slab, spike, soft, hard in zip(self.sites, self.slab, self.spike, self.soft, self.hard):
+            decay, keep, below = guarded_e_step(self._site_view(theta, site), site.within,
+                                                self._site_view(self.keep, site), self._site_view(self.below, site),
+                                                soft, hard, slab, spike, self.prune_patience)
+            self.decay[:, site.index] = decay.reshape(chains, -1)
+            self.keep[:, site.index] = keep.reshape(chains, -1)
+            self.below[:, site.index] = below.reshape(chains, -1)
+
+    # ------------------------------------------------------------ reporting
+    def group_counts(self, site: GroupSite, slab_decay: float) -> tuple[Tensor, Tensor]:
+        """Per chain: groups not pruned, and those of them in the slab."""
+        keep, decay = self._site_view(self.keep, site), self._site_view(self.decay, site)
+        chains = keep.shape[0]
+        first = tuple(slice(0, 1) if d - len(site.shape) in site.within else slice(None)
+                      for d in range(len(site.shape)))
+        keep, decay = keep[(slice(None),) + first], decay[(slice(None),) + first]
+        dtype = torch.get_default_dtype()
+        active = keep.reshape(chains, -1).sum(-1).to(dtype)
+        slab = (keep & (decay == slab_decay)).reshape(chains, -1).sum(-1).to(dtype)
+        return active, slab
+
+    def draw_stats(self, kernel, theta: Tensor) -> dict[str, Tensor]:
+        self.last_theta = theta  # the score test of the pruned groups at the end (notes())
+        keep = torch.cat([self.keep[:, s.index] for s in self.sites], -1)
+        stats = {"sparsity": (~keep).to(torch.get_default_dtype()).mean(-1)}
+        for site, slab in zip(self.sites, self.slab):
+            stats[f"active_groups[{site.name}]"], stats[f"slab_groups[{site.name}]"] = self.group_counts(site, slab)
+        return stats
+
+    def final_state(self, kernel) -> dict:
+        if self.keep is None:
+            return {}
+        return {"pruning_mask": {s.name: self._site_view(self.keep, s).cpu().numpy() for s in self.sites}}
+
+    def notes(self, kernel) -> dict:
+        """``first_pruning_iteration`` and ``pruned_with_signal``, with the end-of-run warnings: a run too
+        short to prune, groups left undecided, pruned groups the data still pull away from zero."""
+        notes = {}
+        if self.keep is None or not kernel._k:
+            return notes
+        name, first = type(kernel).__name__, self.first_pruning()
+        notes["first_pruning_iteration"] = first
+        if kernel._k < first:
+            warnings.warn(f"{name}: the run ended at iteration {kernel._k}, before any group could "
+                          f"be pruned (first E-step at iteration {int(self.em_warmup) * self.em_every + 1}, "
+                          f"then prune_patience={self.prune_patience} E-steps below hard_threshold: "
+                          f"iteration {first}), so the mask keeps every input; run more iterations "
+                          f"(warmup_steps of at least {first})")
+        else:
+            self.warn_undecided(name)
+        if self.last_theta is not None:
+            notes["pruned_with_signal"] = self.check_pruned(kernel, self.last_theta)
+        return notes
+
+    def warn_undecided(self, name: str) -> None:
+        """One line per grouped site where, at the end, some groups are neither pruned nor in the slab (their
+        mean w^2 between the thresholds at the last E-step): the selection of those inputs is not finished."""
+        for site, slab in zip(self.sites, self.slab):
+            active, in_slab = self.group_counts(site, slab)
+            undecided = int((active - in_slab).max())
+            if undecided:
+                warnings.warn(f"{name}: {site.name}: at the end {undecided} group(s) are neither "
+                              f"pruned nor in the slab (mean w^2 between the hard and the soft threshold): their "
+                              f"selection is not finished; run more iterations (or give more rows) before reading "
+                              f"the mask")
+
+    def check_pruned(self, kernel, theta: Tensor) -> dict[str, list[list[int]]]:
+        """The groups pruned at the end whose weights the data still pull away from zero
+        (:func:`~bnnzoo.inference.group_em.pruned_score_test` on :data:`SCORE_BATCHES` batches of the training
+        rows at the last draw, Bonferroni over each chain's pruned groups at level :data:`SCORE_LEVEL`), per
+        grouped site and chain; one warning per site that has any."""
+        potential = kernel.potential
+        x, y = potential.x, potential.y
+        k = min(SCORE_BATCHES, x.shape[0])
+        edges = [round(i * x.shape[0] / k) for i in range(k + 1)]
+        columns = torch.cat([torch.arange(potential.dim, device=theta.device)[s.index] for s in self.sites])
+        scores = torch.stack([log_likelihood_and_grad(potential, theta, x[a:b], y[a:b])[1][:, columns]
+                              for a, b in zip(edges[:-1], edges[1:])])
+        found, start = {}, 0
+        for site in self.sites:
+            size = math.prod(site.shape)
+            site_scores = self._groups(scores[..., start:start + size], site)  # [K, C, G, p]
+            start += size
+            pruned = ~self._groups(self.keep[:, site.index], site).any(-1)  # [C, G]
+            p_value = pruned_score_test(site_scores)[1]
+            level = SCORE_LEVEL / pruned.sum(-1, keepdim=True).clamp_min(1)
+            flagged = pruned & (p_value < level)
+            found[site.name] = [torch.nonzero(row).flatten().tolist() for row in flagged]
+            if flagged.any():
+                chains = "; ".join(f"chain {c}: group(s) {', '.join(map(str, g))}"
+                                   for c, g in enumerate(found[site.name]) if g)
+                warnings.warn(f"{type(kernel).__name__}: {site.name}: pruned group(s) that the data still pull away "
+                              f"from zero at the end ({chains}; score test at level {SCORE_LEVEL:g} over the pruned "
+                              f"groups): they were likely pruned before their effect was learned, so the mask "
+                              f"misses them; rerun with a larger prune_patience or em_warmup (or a lower "
+                              f"hard_threshold)")
+        return found
+
+    @staticmethod
+    def _groups(x: Tensor, site: GroupSite) -> Tensor:
+        """``[..., C, site size]`` -> ``[..., C, groups, weights per group]`` (groups in the order of the
+        site's dims outside a group, as ``pruning_mask`` reads them)."""
+        lead, rank = x.shape[:-1], len(site.shape)
+        between = [d for d in range(rank) if d - rank not in site.within]
+        inside = [d for d in range(rank) if d - rank in site.within]
+        x = x.reshape(lead + site.shape).permute(*range(len(lead)), *(len(lead) + d for d in between + inside))
+        return x.reshape(lead + (math.prod(site.shape[d] for d in between), -1))

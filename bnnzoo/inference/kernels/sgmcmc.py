@@ -178,6 +178,12 @@ class SGMCMCOptions(BaseOptions):
     init_radius: float | str = option(AUTO, "initial points uniform in (-r, r) in unconstrained space; auto: "
                                       "r = 1/sqrt(fan_in) for layer weights, biases 0, 1 elsewhere", _init_radius)
 
+    #: with the cyclical schedule, ``thin`` counts cycles and a draw is the point at a cycle's end
+    #: (:meth:`SGMCMCKernel.iterations_per_draw`); False: ``thin`` iterations per draw with any schedule
+    draws_at_cycle_ends = False
+    #: ``init_radius="auto"``: each layer's biases start at ``"zero"``, or ``"nonnegative"``: uniform in [0, r)
+    auto_init_biases = "zero"
+
     def validate(self) -> None:
         self.step_schedule()
 
@@ -193,8 +199,14 @@ class SGMCMCOptions(BaseOptions):
         return [f.name for f in dataclasses.fields(self) if isinstance(getattr(self, f.name), str)
                 and getattr(self, f.name) == AUTO and f.name != "init_radius"]
 
-    def temperature_schedule(self) -> tuple[float, float, float]:
-        """``(initial, growth, maximum)`` of the inverse temperature (:func:`inverse_temperature_at`): 1."""
+    def auto_step_size(self, curvature: float, schedule: str, num_data: int | None) -> float:
+        """``step_size="auto"`` from the largest curvature of the likelihood at the initial point
+        (:func:`step_size_rule`), ``schedule`` the resolved schedule, ``num_data`` N (None: no data)."""
+        return step_size_rule(curvature, schedule)
+
+    def temperature_schedule(self, num_data: int | None = None) -> tuple[float, float, float]:
+        """``(initial, growth, maximum)`` of the inverse temperature (:func:`inverse_temperature_at`) for N =
+        ``num_data`` rows: 1."""
         return 1.0, 1.0, math.inf
 
     def magnitude_pruning(self) -> MagnitudePruning | None:
@@ -219,7 +231,7 @@ class SGLDOptions(SGMCMCOptions):
         super().validate()
         self.magnitude_pruning()
 
-    def temperature_schedule(self) -> tuple[float, float, float]:
+    def temperature_schedule(self, num_data: int | None = None) -> tuple[float, float, float]:
         return float(self.inverse_temperature), float(self.annealing), float(self.max_inverse_temperature)
 
     def magnitude_pruning(self) -> MagnitudePruning | None:
@@ -266,7 +278,8 @@ class SGComponent:
     ``"auto"`` options), :meth:`curvature_point` (the point of the ``step_size="auto"``
     curvature), :meth:`prepare` (once per setup, at the initial point), :meth:`before_update`
     (every iteration, after the force, before the update), :meth:`after_step` (on the kept point),
-    :meth:`draw_stats` and :meth:`final_state` (reporting). The defaults do nothing. A
+    :meth:`draw_stats`, :meth:`final_state` and :meth:`notes` (reporting; ``notes`` at the end of a
+    run, where a component also warns about what its state shows). The defaults do nothing. A
     component's state is plain attributes (a checkpoint stores it); the kernel comes with every call."""
 
     def check_potential(self, kernel, potential) -> None:
@@ -293,6 +306,9 @@ class SGComponent:
     def final_state(self, kernel) -> dict:
         return {}
 
+    def notes(self, kernel) -> dict:
+        return {}
+
 
 class SGParts(NamedTuple):
     """What a kernel composes on the driver: its update rule, the components beside the loop, and
@@ -307,9 +323,9 @@ class SGMCMCKernel(FlatKernel):
     """The one driver of the SG-MCMC kernels: minibatches, schedules, temperature, thinning,
     pruning, failure checks, statistics and the expected sd inflation. A kernel one level below
     it names its parts in :meth:`sg_parts` (its :class:`Dynamics`, its :class:`SGComponent` s, its
-    :class:`Force`). SGLD, SGHMC and their SA variants override none of the driver's steps;
-    :class:`~bnnzoo.inference.kernels.group_sparse.GroupSparseSGHMC` still keeps its E-step's state,
-    its ``"auto"`` rules and its reporting in its own methods. Options: a :class:`SGMCMCOptions`.
+    :class:`Force`); none overrides the driver's steps (rules that differ between kernels, such as
+    the ``"auto"`` step size or the temperature, are methods of their options). Options: a
+    :class:`SGMCMCOptions`.
 
     ``batch_size`` needs a potential with ``num_data`` and
     ``minibatch_value_and_grad(theta, rows)``: a BNN, or a Pyro model whose
@@ -360,8 +376,20 @@ class SGMCMCKernel(FlatKernel):
 
     def initial_radius(self) -> float | Tensor:
         if isinstance(self.options.init_radius, str):
-            return fan_in_radius(self.potential, zero_biases=self.options.init_radius == AUTO)
+            zero_biases = self.options.init_radius == AUTO and self.options.auto_init_biases == "zero"
+            return fan_in_radius(self.potential, zero_biases=zero_biases)
         return self.init_radius
+
+    def initial_point(self) -> Tensor:
+        """Uniform in ``(-r, r)``; with ``init_radius="auto"`` and the options' ``auto_init_biases =
+        "nonnegative"``, every layer's bias folded to :math:`|b|` (PyTorch's start, no unit dead by its bias)."""
+        theta = super().initial_point()
+        if self.options.init_radius == AUTO and self.options.auto_init_biases == "nonnegative":
+            shapes = self.potential.shapes
+            for name, index in self.potential.slices.items():
+                if name.endswith(".bias") and len(shapes.get(f"{name.rsplit('.', 1)[0]}.weight", ())) > 1:
+                    theta[:, index] = theta[:, index].abs()
+        return theta
 
     # ------------------------------------------------------ "auto" options
     def resolve_auto(self, theta: Tensor) -> dict:
@@ -373,7 +401,7 @@ class SGMCMCKernel(FlatKernel):
             values["schedule"] = "polynomial"
         if "step_size" in auto:
             schedule = values.get("schedule", self.options.schedule)
-            values["step_size"] = step_size_rule(self.curvature(theta), schedule)
+            values["step_size"] = self.options.auto_step_size(self.curvature(theta), schedule, self.num_data)
         for component in self.parts.components:
             values.update(component.resolve_auto(self, theta))
         return values
@@ -435,7 +463,7 @@ class SGMCMCKernel(FlatKernel):
 
     def temperature_schedule(self) -> tuple[float, float, float]:
         """``(initial, growth, maximum)`` of the inverse temperature (:func:`inverse_temperature_at`)."""
-        return self.options.temperature_schedule()
+        return self.options.temperature_schedule(self.num_data)
 
     def check_potential(self, potential) -> None:
         self.check_batch_size(potential)
@@ -446,8 +474,10 @@ class SGMCMCKernel(FlatKernel):
 
     def notes(self) -> dict:
         full_data = self.batch_size is None or self.batch_size == getattr(self.potential, "num_data", None)
+        per_draw = f"{self.thin} cycle(s): draws at cycle ends" if self._draws_at_cycle_ends(self.options.schedule) \
+            else self.thin
         notes = {**super().notes(), "lp_estimate": LP_FULL_DATA if full_data else LP_NOTE,
-                 "iterations_per_draw": self.thin}
+                 "iterations_per_draw": per_draw}
         if self.auto_values:  # what each "auto" option was set to (and the curvature the step came from)
             notes["auto_options"] = dict(self.auto_values)
         inflation = self.inflation()
@@ -462,6 +492,8 @@ class SGMCMCKernel(FlatKernel):
                               f"inflated about {r:.2f}x along the stiffest direction (discretisation and minibatch "
                               "noise); a smaller step_size, a larger batch_size or more iterations of a decaying "
                               "schedule lower it")
+        for component in self.parts.components:
+            notes.update(component.notes(self))
         return notes
 
     def check_batch_size(self, potential) -> None:
@@ -631,9 +663,18 @@ class SGMCMCKernel(FlatKernel):
             self._failure_warned = True
             warnings.warn(message, stacklevel=2)
 
+    def _draws_at_cycle_ends(self, schedule: str) -> bool:
+        return self.options.draws_at_cycle_ends and schedule == "cyclical"
+
     def iterations_per_draw(self) -> int:
-        """SG-MCMC iterations of the coming draw: 1 in warm-up, ``thin`` after it."""
-        return 1 if self.in_warmup else self.thin
+        """SG-MCMC iterations of the coming draw: 1 in warm-up, ``thin`` after it; with the options'
+        ``draws_at_cycle_ends`` and the cyclical schedule, to the end of the ``thin``-th cycle from here."""
+        if self.in_warmup:
+            return 1
+        if self._draws_at_cycle_ends(self.schedule.kind):
+            length = self.schedule.cycle_length
+            return length - self._k % length + (self.thin - 1) * length
+        return self.thin
 
     def transition(self, theta: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         diverging = torch.zeros(self.num_chains, dtype=torch.bool, device=theta.device)

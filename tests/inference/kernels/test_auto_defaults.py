@@ -252,10 +252,10 @@ def test_group_kernel_resolves_its_rules_from_n_and_the_batch():
         warnings.simplefilter("error")  # enough rows: no warning
         k.setup(0, data.x_train, data.y_train)
     assert k.auto_values["cycle_length"] == 1000 and k.schedule.cycle_length == 1000
-    assert k.auto_values["em_warmup"] == 84 and k.rule.em_warmup == 84  # 500 iterations of 6 per E-step
+    assert k.auto_values["em_warmup"] == 84 and k.resolved.em_warmup == 84  # 500 iterations of 6 per E-step
     assert k.auto_values["prune_patience"] == 17  # 1/C_0^2 = 100 iterations
     assert k.auto_values["hard_threshold"] == {"layers.0.weight": 1e-3}
-    assert k.first_pruning() == (84 + 17 - 1) * 6 + 1
+    assert k.em.first_pruning() == (84 + 17 - 1) * 6 + 1
 
 
 def test_group_kernel_warns_where_the_rows_are_too_few_for_the_layers_threshold():

@@ -89,8 +89,8 @@ def test_hard_pruned_weights_stay_zero_and_get_no_updates():
         assert (theta[0, pruned] == 0).all()
         torch.testing.assert_close(kernel._aux[0][0, pruned], momentum, rtol=0, atol=0)
         torch.testing.assert_close(kernel._aux[1][0, pruned], rho, rtol=0, atol=0)
-    assert not kernel._keep[0, pruned].any() and kernel._keep[0, :2].all()  # y depends on inputs 0 and 1
-    assert (kernel._decay[0, :2] == 5e-4).all()  # in the slab
+    assert not kernel.em.keep[0, pruned].any() and kernel.em.keep[0, :2].all()  # y depends on inputs 0 and 1
+    assert (kernel.em.decay[0, :2] == 5e-4).all()  # in the slab
 
 
 def test_optimizer_and_kernel_give_identical_updates():
@@ -113,8 +113,8 @@ def test_optimizer_and_kernel_give_identical_updates():
     state = optimizer.state[weight]
     torch.testing.assert_close(state["momentum"], kernel._aux[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(state["rho"], kernel._aux[1], rtol=1e-5, atol=1e-6)
-    assert torch.equal(state["keep"], kernel._keep) and not state["keep"].all()
-    assert torch.equal(state["decay"], kernel._decay)
+    assert torch.equal(state["keep"], kernel.em.keep) and not state["keep"].all()
+    assert torch.equal(state["decay"], kernel.em.decay)
 
 
 def test_optimizer_trains_a_torch_module():
@@ -250,9 +250,9 @@ def test_model_without_group_prior_and_prior_decays():
     kernel = GroupSparseSGHMC(potential=BNNPotential(BNN(spec), x, y), decay="prior", slab_decay="prior",
                               spike_decay="prior", schedule="constant")
     kernel.setup(0)
-    torch.testing.assert_close(kernel._decay[0, :6], torch.full((6,), 1 / (10 * 0.25)))
-    torch.testing.assert_close(kernel._decay[0, 6:], torch.full((5,), 1 / (10 * 4.0)))
-    assert kernel._spike == [pytest.approx(1 / (10 * 0.01))]
+    torch.testing.assert_close(kernel.em.decay[0, :6], torch.full((6,), 1 / (10 * 0.25)))
+    torch.testing.assert_close(kernel.em.decay[0, 6:], torch.full((5,), 1 / (10 * 4.0)))
+    assert kernel.em.spike == [pytest.approx(1 / (10 * 0.01))]
     with pytest.raises(ValueError, match="the optimizer knows no prior"):
         GroupSparseSGHMCOptimizer([torch.zeros(2, 3, requires_grad=True)], num_data=10, decay="prior")
     with pytest.raises(ValueError, match="num_data must be a positive integer"):

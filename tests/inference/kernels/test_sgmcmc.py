@@ -371,12 +371,13 @@ def test_every_sg_kernel_is_one_level_below_the_driver_and_composes_its_parts():
     model = BNN(zoo.cosine_mlp(hidden=2))
     for cls, (dynamics, components, force) in expected.items():
         assert cls.__bases__ == (SGMCMCKernel,), cls
-        if cls is not GroupSparseSGHMC:  # it keeps its E-step state and reporting in its own methods
-            overridden = driver & methods(cls)
-            assert overridden == {"sg_parts"}, (cls, overridden)
+        overridden = driver & methods(cls)
+        assert overridden == {"sg_parts"}, (cls, overridden)
         parts = cls(model).parts
         assert type(parts.dynamics) is dynamics
         assert tuple(type(c) for c in parts.components) == components
         assert type(parts.force) is force
         if components == (SpikeSlabAdaptation,):  # the SA is one object: the component and the force
             assert parts.force is parts.components[0]
+        if components == (GroupEM,):  # the update reads the E-step's decays and mask: the same object
+            assert parts.dynamics.em is parts.components[0]
