@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from ..models.spec import Dense
 from .threads import work_per_gradient
 
 __all__ = ["ASSUMED_SPEEDUP", "ASSUMED_SPEEDUP_SMALL", "AutoCompile", "CHOICES", "COMPILE_SECONDS",
@@ -68,12 +69,16 @@ DISPATCH_BOUND_WORK = 1_000_000
 #: because what the cache holds is history
 COMPILE_SECONDS = 10.0
 #: the eager seconds per leapfrog step on the CPU (one thread): a fixed cost, a cost per
-#: multiply-add of the batched forward pass, and one more per multiply-add of its first
-#: :data:`DISPATCH_BOUND_WORK` (element-wise work, dispatch); fitted to the eager gradients of
-#: ``benchmarks/results/gradient.md`` (cosine MLP at 1, 8 and 32 chains: 69, 155 and 442 us,
-#: modeled 72, 157 and 447; digits MLP at 8 chains 28.9 ms, modeled 30 ms; at one chain 2.1 ms,
-#: modeled 4.4 ms)
-CPU_STEP = (60e-6, 0.14e-9, 0.66e-9)
+#: multiply-add of the batched forward pass, and a cost per unit output of its layers (rows x chains x
+#: the units of every Dense layer: the element-wise work and its dispatch) up to
+#: :data:`DISPATCH_BOUND_UNITS`; fitted to the eager gradients of ``benchmarks/results/gradient.md``
+#: (cosine MLP at 1, 8 and 32 chains: 69, 155 and 442 us, modeled 72, 157 and 446; digits MLP at 8
+#: chains 28.9 ms, modeled 30 ms; at one chain 2.1 ms, modeled 4.3 ms) and checked against the
+#: networks with wider inputs of ``benchmarks/results/step_model.md``
+CPU_STEP = (60e-6, 0.14e-9, 1.95e-9)
+#: the unit outputs of a batched forward pass past which the element-wise cost stops growing
+#: faster than the multiply-adds (the cosine MLP's outputs at 1 million multiply-adds)
+DISPATCH_BOUND_UNITS = 340_000
 #: ... on CUDA: a fixed cost (kernel launches; 0.1 ms where the fixed-length trajectory is
 #: replayed from a CUDA graph) and a cost per multiply-add
 CUDA_STEP = (1e-3, 1e-4, 2e-12)
@@ -116,6 +121,15 @@ def _work(potential, theta: torch.Tensor) -> int | None:
     return work_per_gradient(potential.model, potential.num_data, theta[..., 0].numel())  # chains: 1 for [D]
 
 
+def _units(potential, theta: torch.Tensor) -> int | None:
+    """Unit outputs of one batched forward pass of a Dense network (rows x chains x the units of every
+    layer), or None for another model."""
+    layers = getattr(getattr(getattr(potential, "model", None), "spec", None), "layers", None)
+    if not layers or not all(isinstance(layer, Dense) for layer in layers):
+        return None
+    return int(theta[..., 0].numel()) * int(potential.num_data) * sum(int(layer.units) for layer in layers)
+
+
 def modeled_step_seconds(potential, theta: torch.Tensor, graphed: bool = False) -> float:
     """The modeled eager seconds of one leapfrog step of ``potential`` for ``theta``'s chains on
     ``theta``'s device (:data:`CPU_STEP`, :data:`CUDA_STEP`; ``graphed``: a fixed-length trajectory
@@ -125,8 +139,11 @@ def modeled_step_seconds(potential, theta: torch.Tensor, graphed: bool = False) 
     if theta.device.type == "cuda":
         launched, replayed, per_work = CUDA_STEP
         return (replayed if graphed else launched) + work * per_work
-    fixed, per_work, dispatch = CPU_STEP
-    return fixed + work * per_work + min(work, DISPATCH_BOUND_WORK) * dispatch
+    fixed, per_work, per_unit = CPU_STEP
+    units = _units(potential, theta)
+    if units is None:  # not a Dense network: the element-wise work taken as the cosine MLP's share of it
+        units = work * DISPATCH_BOUND_UNITS // DISPATCH_BOUND_WORK
+    return fixed + work * per_work + min(units, DISPATCH_BOUND_UNITS) * per_unit
 
 
 def assumed_speedup(potential, theta: torch.Tensor, multi_step: bool = True) -> float:

@@ -112,6 +112,22 @@ def test_the_step_model_follows_the_benchmarks():
             assert measured / 2.5 < modeled < measured * 2.5, (chains, modeled)
 
 
+def test_the_step_model_prices_wider_inputs_by_their_units():
+    """A network with 10 inputs costs, per eager step at 8 chains, what ``benchmarks/results/step_model.md``
+    measured over the cosine MLP's in the same run (diabetes MLP 10-32-1 on 353 rows: 2.35x; breast cancer
+    30-16-1 on 455 rows: 1.93x), within 1.5x: its element-wise work grows with its units, not with its
+    multiply-adds (the model that priced it by multiply-adds said 5.5x and 6.3x)."""
+    cosine = BNNPotential(BNN(zoo.cosine_mlp(hidden=50)), torch.zeros(100, 1), torch.zeros(100))
+    theta = torch.zeros(8, cosine.dim)
+    base = compilation.modeled_step_seconds(cosine, theta)
+    for name, inputs, rows, measured in [("diabetes_mlp", 10, 353, 2.35), ("breast_cancer_mlp", 30, 455, 1.93)]:
+        model = BNN(zoo.get(name))
+        y = torch.zeros(rows) if name == "diabetes_mlp" else torch.zeros(rows, dtype=torch.long)
+        potential = BNNPotential(model, torch.zeros(rows, inputs), y)
+        ratio = compilation.modeled_step_seconds(potential, torch.zeros(8, potential.dim)) / base
+        assert measured / 1.5 < ratio < measured * 1.5, (name, ratio)
+
+
 def test_no_compiler_runs_eagerly_with_a_notice(monkeypatch):
     monkeypatch.setattr(compilation.shutil, "which", lambda name: None)
     with pytest.warns(UserWarning, match="no C.. compiler found"):
