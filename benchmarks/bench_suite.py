@@ -147,9 +147,18 @@ def _median(rows: list[dict], key: str):
     return float(statistics.median(values)) if values else None
 
 
+def less_compile(row: dict) -> float | None:
+    """ESS per second of the run's time outside bnnzoo's compiling calls (0 if it fails the gate; None
+    where nothing was compiled or the engine is not bnnzoo's)."""
+    if not row.get("compile_s") or row["compile_s"] < 0.1:
+        return None
+    return row["ess"] / (row["wall_s"] - row["compile_s"]) if row["converged"] else 0.0
+
+
 def summarise(rows: list[dict], group=("model", "engine")) -> list[dict]:
     """One line per ``group``: seeds, seeds passing the gate, medians (ESS/s of failing runs counts 0),
     the worst split and nested R-hat, and the ratio of the median ESS/s to NumPyro's NUTS on the model."""
+    rows = [{**r, "ess_per_s_less_compile": less_compile(r)} for r in rows]
     lines = []
     for key in dict.fromkeys(tuple(r[g] for g in group) for r in rows):
         mine = [r for r in rows if tuple(r[g] for g in group) == key]
@@ -157,7 +166,7 @@ def summarise(rows: list[dict], group=("model", "engine")) -> list[dict]:
         lines.append({**dict(zip(group, key)), "chains": mine[0]["chains"], "draws": mine[0]["draws"],
                       "seeds": len(mine), "passing": sum(bool(r["converged"]) for r in mine),
                       **{k: _median(mine, k) for k in ("ess", "ess_per_s", "kgrads", "grads_per_draw", "wall_s",
-                                                       "load_1min")},
+                                                       "compile_s", "ess_per_s_less_compile", "load_1min")},
                       "rhat_max": max(r["rhat_max"] for r in mine), "nrhat_max": max(nested) if nested else None})
     for line in lines:
         reference = next((r["ess_per_s"] for r in lines if r["model"] == line["model"]
@@ -187,10 +196,13 @@ def table_report(payload: dict) -> str:
     lines = summarise(payload["rows"])
     text = (header(payload) + "\n\n" + markdown_table(lines, [
         "model", "engine", "chains", "draws", "seeds", "passing", "ess_per_s", "vs_numpyro", "ess", "rhat_max",
-        "kgrads", "grads_per_draw", "wall_s", "load_1min"]))
+        "kgrads", "grads_per_draw", "wall_s", "compile_s", "load_1min"]))
     text += (f"\n\n{GATE} Medians over seeds; vs_numpyro: the median ESS/s over NumPyro NUTS's on the same "
              f"model in this run. kgrads: gradient evaluations of all chains, warm-up included, in thousands "
-             f"(BNN models; bench_sampling's count); grads_per_draw: mean leapfrog steps per draw. {NOTES}")
+             f"(BNN models; bench_sampling's count); grads_per_draw: mean gradients per draw; compile_s: bnnzoo's time in compiling calls (median; inside "
+             f"wall_s: the first run of a model in the process compiles, later seeds reuse the graphs). Every engine warms up for "
+             f"--warmup steps per chain: BlackJAX's adjusted MCLMC tunes for that many MH steps (bench_sampling's "
+             f"default for it is 1000). {NOTES}")
     skipped = payload.get("skipped") or {}
     if skipped:
         text += "\n\nNot run: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + "."
@@ -201,12 +213,14 @@ def chains_report(payload: dict) -> str:
     lines = summarise(payload["rows"], group=("model", "sweep", "engine"))
     text = (header(payload) + "\n\n" + markdown_table(lines, [
         "model", "sweep", "engine", "draws", "seeds", "passing", "ess_per_s", "ess", "rhat_max", "nrhat_max",
-        "kgrads", "wall_s"]))
+        "kgrads", "wall_s", "compile_s", "ess_per_s_less_compile"]))
     draws = payload["settings"]["draws"]
     return text + (f"\n\nbnnzoo's default engine at several chain counts: sweep 'total' keeps {draws} "
                    f"draws in total (fewer per chain as chains grow), 'per_chain' keeps "
                    f"{draws // 8} draws per chain. rhat_max: split R-hat, worst over seeds; "
-                   f"nrhat_max: nested R-hat (4 superchains; Margossian et al. suggest < 1.01). {GATE}")
+                   f"nrhat_max: nested R-hat (4 superchains; Margossian et al. suggest < 1.01). compile_s: time in "
+                   f"compiling calls, inside wall_s (the first run at each chain count compiles for its shapes); "
+                   f"ess_per_s_less_compile: ESS per second of the rest of the run (where it compiled). {GATE}")
 
 
 def cold_report(payload: dict) -> str:
