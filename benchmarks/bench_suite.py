@@ -40,7 +40,7 @@ and BlackJAX run pays its JIT. One torch thread (``--threads``, passed to ``run`
 
 Usage: ``python benchmarks/bench_suite.py [--models ...] [--engines chees numpyro blackjax_chees
 blackjax_mams] [--seeds 3] [--draws 1000] [--warmup 500] [--parts table chains cold] [--smoke]
-[--skip-jax] [--resume] [--out DIR] [--name suite] [--retable]``.
+[--skip-jax] [--resume] [--note TEXT] [--out DIR] [--name suite] [--retable]``.
 """
 
 from __future__ import annotations
@@ -192,6 +192,10 @@ GATE = ("A run passes the gate when its largest split R-hat (lp and f) is <= 1.1
         "latent coordinate), and ESS/s counts 0 for a run that fails the gate.")
 
 
+def notes(payload: dict) -> str:
+    return "".join(f"\n\nNote: {note}" for note in payload.get("notes", []))
+
+
 def table_report(payload: dict) -> str:
     lines = summarise(payload["rows"])
     text = (header(payload) + "\n\n" + markdown_table(lines, [
@@ -206,7 +210,7 @@ def table_report(payload: dict) -> str:
     skipped = payload.get("skipped") or {}
     if skipped:
         text += "\n\nNot run: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + "."
-    return text
+    return text + notes(payload)
 
 
 def chains_report(payload: dict) -> str:
@@ -220,7 +224,8 @@ def chains_report(payload: dict) -> str:
                    f"{draws // 8} draws per chain. rhat_max: split R-hat, worst over seeds; "
                    f"nrhat_max: nested R-hat (4 superchains; Margossian et al. suggest < 1.01). compile_s: time in "
                    f"compiling calls, inside wall_s (the first run at each chain count compiles for its shapes); "
-                   f"ess_per_s_less_compile: ESS per second of the rest of the run (where it compiled). {GATE}")
+                   f"ess_per_s_less_compile: ESS per second of the rest of the run (where it compiled). {GATE}"
+                   + notes(payload))
 
 
 def cold_report(payload: dict) -> str:
@@ -244,7 +249,7 @@ def cold_report(payload: dict) -> str:
     return text + ("\n\nFirst runs. bnnzoo: a fresh process with an empty compile record and inductor cache (cold), "
                    "then a second fresh process on the record and cache the first left (warm). NumPyro: its first "
                    "run in a fresh process, JIT included (cold), then a second run in that process (warm). "
-                   f"passing: the gate, cold/warm. {GATE}")
+                   f"passing: the gate, cold/warm. {GATE}" + notes(payload))
 
 
 REPORTS = {"table": ("", table_report), "chains": ("_chains", chains_report), "cold": ("_cold", cold_report)}
@@ -306,13 +311,14 @@ def cold_pair(model: str, engine: str, args) -> list[dict]:
 def run_part(args, part: str) -> list[dict]:
     suffix = REPORTS[part][0]
     path = args.out / f"{args.name}{suffix}.json"
-    rows = json.loads(path.read_text())["rows"] if args.resume and path.exists() else []
+    before = json.loads(path.read_text()) if args.resume and path.exists() else {}
+    rows, kept_notes = before.get("rows", []), before.get("notes", []) + ([args.note] if args.note else [])
     skipped = {f"{e} on {m}": why for m in (args.models if part == "table" else args.cold_models)
                for e in (args.engines if part == "table" else ["chees", "numpyro"])
                if (why := skip_reason(m, e, args))} if part != "chains" else {}
     payload = {"machine": machine(), "settings": {k: (str(v) if isinstance(v, Path) else v)
                                                   for k, v in vars(args).items()},
-               "load_start": os.getloadavg()[0], "skipped": skipped, "rows": rows}
+               "load_start": os.getloadavg()[0], "skipped": skipped, "notes": kept_notes, "rows": rows}
     done = {(r["model"], r["engine"], r["seed"], r.get("sweep") or (r.get("phase") and "cold")) for r in rows}
     for key, thunk in schedule(args, part):
         if key in done:
@@ -351,7 +357,9 @@ def parse(argv=None):
     parser.add_argument("--resume", action="store_true", help="keep the rows already written and skip them")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="suite")
-    parser.add_argument("--retable", action="store_true", help="rewrite the markdown from the JSON, run nothing")
+    parser.add_argument("--retable", action="store_true",
+                        help="rewrite the markdown of --parts from their JSON, run nothing")
+    parser.add_argument("--note", help="a line for the results' notes (how this run was made), kept by --resume")
     parser.add_argument("--probe", nargs=2, metavar=("MODEL", "ENGINE"), help=argparse.SUPPRESS)
     parser.add_argument("--probe-repeat", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -372,11 +380,13 @@ def parse(argv=None):
 def main(argv=None) -> dict[str, list[dict]]:
     args = parse(argv)
     if args.retable:
-        for part, (suffix, report) in REPORTS.items():
-            path = args.out / f"{args.name}{suffix}.json"
+        for part in args.parts:
+            path = args.out / f"{args.name}{REPORTS[part][0]}.json"
             if path.exists():
-                write(args, part, json.loads(path.read_text()))
-                print(f"rewrote {args.out / f'{args.name}{suffix}.md'}")
+                payload = json.loads(path.read_text())
+                payload["notes"] = payload.get("notes", []) + ([args.note] if args.note else [])
+                write(args, part, payload)
+                print(f"rewrote {path.with_suffix('.md')}")
         return {}
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
