@@ -205,7 +205,8 @@ def table_report(payload: dict) -> str:
              f"model in this run. kgrads: gradient evaluations of all chains, warm-up included, in thousands "
              f"(BNN models; bench_sampling's count); grads_per_draw: mean gradients per draw; compile_s: bnnzoo's "
              f"time in compiling calls (median; inside wall_s: the first run of a model in the process compiles, "
-             f"later seeds reuse the graphs). Every engine warms up for --warmup steps per chain: BlackJAX's adjusted MCLMC tunes for that many MH steps (bench_sampling's "
+             f"later seeds reuse the graphs). Every engine warms up for --warmup steps per chain: BlackJAX's "
+             f"adjusted MCLMC tunes for that many MH steps (bench_sampling's "
              f"default for it is 1000). {NOTES}")
     skipped = payload.get("skipped") or {}
     if skipped:
