@@ -317,6 +317,7 @@ def run_part(args, part: str) -> list[dict]:
     skipped = {f"{e} on {m}": why for m in (args.models if part == "table" else args.cold_models)
                for e in (args.engines if part == "table" else ["chees", "numpyro"])
                if (why := skip_reason(m, e, args))} if part != "chains" else {}
+    skipped = {**before.get("skipped", {}), **skipped}  # --resume with other models keeps the earlier reasons
     payload = {"machine": machine(), "settings": {k: (str(v) if isinstance(v, Path) else v)
                                                   for k, v in vars(args).items()},
                "load_start": os.getloadavg()[0], "skipped": skipped, "notes": kept_notes, "rows": rows}
