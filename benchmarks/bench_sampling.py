@@ -61,7 +61,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, add_device_argument, machine, markdown_table, write_results  # noqa: E402
+from common import PROBLEMS, RESULTS, add_device_argument, machine, markdown_table, write_results  # noqa: E402
 import numpyro_models as npm  # noqa: E402
 
 from bnnzoo.data import load  # noqa: E402
@@ -77,30 +77,56 @@ X_STAR = torch.linspace(0.0, 4.0, 20).reshape(-1, 1)
 class Bench:
     """The benchmark's network in both libraries, its data and the 20 test points where
     mixing is measured: ``cosine`` (1-50-1 tanh, Gaussian likelihood; f is the
-    predictive mean at 20 inputs in [0, 4]) or ``digits`` (64-128-128-10 ReLU,
+    predictive mean at 20 inputs in [0, 4]), ``digits`` (64-128-128-10 ReLU,
     Categorical likelihood, 1000 training images; f is the probability of the true
-    label of the first 20 test images, :func:`~bnnzoo.diagnostics.predictive.function_draws`)."""
+    label of the first 20 test images, :func:`~bnnzoo.diagnostics.predictive.function_draws`),
+    or one of the posterior benchmark's problems (``diabetes``, ``breast_cancer``, ``wine``:
+    its zoo network on the seed-0 split, f at the first 20 test rows); :meth:`of` any other
+    network and data."""
 
     def __init__(self, name: str):
         if name == "cosine":
             self.spec, self.likelihood = zoo.cosine_mlp(hidden=50), "gaussian"
             self.data = load("cosine", seed=0)
             self.x_star, self.y_star = X_STAR, None
-        else:
+        elif name == "digits":
             self.spec, self.likelihood = zoo.digits_mlp(hidden=128), "categorical"
             self.data = load("digits", seed=0, n_train=1000)
             self.x_star, self.y_star = self.data.x_test[:20], self.data.y_test[:20].long()
+        else:
+            self._set(getattr(zoo, PROBLEMS[name])(), load(name, seed=0))
+
+    @classmethod
+    def of(cls, spec, data) -> "Bench":
+        """A bench of any MLP ``spec`` on ``data``, f at the first 20 test rows."""
+        bench = cls.__new__(cls)
+        bench._set(spec, data)
+        return bench
+
+    def _set(self, spec, data) -> None:
+        self.spec, self.data, self.likelihood = spec, data, spec.likelihood.kind
+        self.x_star = data.x_test[:20]
+        self.y_star = data.y_test[:20].long() if data.task == "classification" else None
 
     def numpyro(self):
         """``(model, f)``: the same network in NumPyro and ``f(params) -> [20]`` at the test points."""
         import jax
 
         widths = [self.spec.input_dim] + [layer.units for layer in self.spec.layers]
-        model, forward = npm.mlp_model(widths, self.spec.layers[0].activation, self.likelihood, noise=0.1)
+        prior, likelihood = self.spec.prior, self.spec.likelihood
+        model, forward = npm.mlp_model(widths, self.spec.layers[0].activation, self.likelihood,
+                                       noise=getattr(likelihood, "noise", 0.1), prior=prior.kind,
+                                       prior_scale=prior.scale, noise_prior=getattr(likelihood, "noise_prior", (1, 1)))
         x_star = npm.as_jax(self.x_star.numpy())
         if self.likelihood == "gaussian":
             return model, lambda params: np.asarray(forward(params, x_star))[:, 0]
         rows, labels = np.arange(len(self.y_star)), self.y_star.numpy()
+        if self.likelihood == "bernoulli":
+            def f_at(params):
+                p = np.asarray(jax.nn.sigmoid(forward(params, x_star)))[:, 0]
+                return np.where(labels == 1, p, 1 - p)
+
+            return model, f_at
         return model, lambda params: np.asarray(jax.nn.softmax(forward(params, x_star)))[rows, labels]
 
     def jax_data(self):

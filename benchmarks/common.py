@@ -94,10 +94,10 @@ def time_call(fn: Callable[[], object], min_time: float = 0.5, repeats: int = 5)
     return statistics.median(batches)
 
 
-def write_results(name: str, payload: dict, table: str) -> tuple[Path, Path]:
-    """``results/<name>.json`` and ``results/<name>.md`` (the table plus the machine)."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    js, md = RESULTS / f"{name}.json", RESULTS / f"{name}.md"
+def write_results(name: str, payload: dict, table: str, out: Path = RESULTS) -> tuple[Path, Path]:
+    """``<out>/<name>.json`` and ``<out>/<name>.md`` (the table plus the machine; ``out``: ``results/``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    js, md = out / f"{name}.json", out / f"{name}.md"
     js.write_text(json.dumps(payload, indent=2, default=str))
     m = payload["machine"]
     gpu = f", bnnzoo on {m['device']} ({m['gpu']})" if "gpu" in m else ""

@@ -22,9 +22,14 @@ except ImportError:  # pragma: no cover - optional
 ACT = {"tanh": "tanh", "relu": "relu"}
 
 
-def mlp_model(widths: list[int], activation: str, likelihood: str, noise: float = 0.1):
-    """A NumPyro model ``model(x, y)`` of an MLP with layer ``widths`` (input first)."""
+def mlp_model(widths: list[int], activation: str, likelihood: str, noise: float | str = 0.1, prior: str = "gaussian",
+              prior_scale: float = 1.0, noise_prior: tuple[float, float] = (1.0, 1.0)):
+    """A NumPyro model ``model(x, y)`` of an MLP with layer ``widths`` (input first); ``prior``:
+    ``gaussian`` (N(0, prior_scale^2)) or ``laplace`` (Laplace(0, prior_scale)) on every weight and
+    bias; ``noise="learned"``: the Gaussian likelihood's variance ``noise_var ~
+    InverseGamma(*noise_prior)``, as bnnzoo's."""
     act = {"tanh": jnp.tanh, "relu": jax.nn.relu}[activation]
+    weight = {"gaussian": ndist.Normal, "laplace": ndist.Laplace}[prior](0.0, prior_scale)
 
     def forward(params, x):
         h = x
@@ -37,12 +42,15 @@ def mlp_model(widths: list[int], activation: str, likelihood: str, noise: float 
     def model(x, y=None):
         params = {}
         for i in range(len(widths) - 1):
-            params[f"w{i}"] = numpyro.sample(f"w{i}", ndist.Normal(0, 1).expand([widths[i + 1], widths[i]]).to_event(2))
-            params[f"b{i}"] = numpyro.sample(f"b{i}", ndist.Normal(0, 1).expand([widths[i + 1]]).to_event(1))
+            params[f"w{i}"] = numpyro.sample(f"w{i}", weight.expand([widths[i + 1], widths[i]]).to_event(2))
+            params[f"b{i}"] = numpyro.sample(f"b{i}", weight.expand([widths[i + 1]]).to_event(1))
         f = forward(params, x)
+        scale = noise
+        if likelihood == "gaussian" and noise == "learned":
+            scale = jnp.sqrt(numpyro.sample("noise_var", ndist.InverseGamma(*noise_prior)))
         with numpyro.plate("data", x.shape[0]):
             if likelihood == "gaussian":
-                numpyro.sample("obs", ndist.Normal(f[:, 0], noise), obs=y)
+                numpyro.sample("obs", ndist.Normal(f[:, 0], scale), obs=y)
             elif likelihood == "bernoulli":
                 numpyro.sample("obs", ndist.Bernoulli(logits=f[:, 0]), obs=y)
             else:

@@ -107,3 +107,34 @@ def test_bench_posteriors_smoke_with_numpyro(monkeypatch, tmp_path):
     bench = _bench_posteriors(monkeypatch)
     rows = bench.main(["--smoke", "--out", str(tmp_path)])
     _check_posterior_rows(rows, ["bnnzoo mclmc", "bnnzoo mams", "bnnzoo chees", "ensemble", "numpyro nuts"], 8000)
+
+
+def test_bench_suite_smoke_without_jax(monkeypatch, tmp_path):
+    """``bench_suite --smoke --skip-jax``: bnnzoo's default engine on a plain Pyro model and a BNN,
+    then the chain sweep; every row scored and on disk with its gate, the skipped engines named with
+    their reason, and ``--retable`` rebuilds the same table from the JSON."""
+    import json
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    bench = importlib.import_module("bench_suite")
+    out = bench.main(["--smoke", "--skip-jax", "--parts", "table", "chains", "--out", str(tmp_path)])
+    payload = json.loads((tmp_path / "suite_smoke.json").read_text())
+    rows = payload["rows"]
+    assert rows == json.loads(json.dumps(out["table"], default=str))
+    assert [(r["model"], r["engine"], r["seed"]) for r in rows] == [
+        ("eight_schools", "bnnzoo chees, 8 chains", 0), ("diabetes", "bnnzoo chees, 8 chains", 0)]
+    for r in rows:
+        assert r["draws"] == 64 and r["chains"] == 8 and r["wall_s"] > 0 and r["ess"] > 0 and r["rhat_max"] > 0
+        assert r["converged"] == (r["rhat_max"] <= 1.1 and r["ess"] >= 100)
+        assert r["ess_per_s"] == (r["ess"] / r["wall_s"] if r["converged"] else 0.0)
+    assert rows[1]["kgrads"] > 0  # a BNN's gradient count is known
+    assert payload["skipped"]["numpyro on diabetes"] == "--skip-jax"
+    sweep = json.loads((tmp_path / "suite_smoke_chains.json").read_text())["rows"]
+    assert [(r["chains"], r["sweep"], r["draws"]) for r in sweep] == [
+        (8, "total", 64), (8, "per_chain", 64), (16, "total", 64), (16, "per_chain", 128)]
+    assert all(r["nrhat_max"] > 0 for r in sweep)
+    table = (tmp_path / "suite_smoke.md").read_text()
+    assert "| eight_schools | bnnzoo chees, 8 chains |" in table and "digits MLP is not in the suite" in table
+    (tmp_path / "suite_smoke.md").unlink()
+    bench.main(["--smoke", "--retable", "--out", str(tmp_path)])
+    assert (tmp_path / "suite_smoke.md").read_text() == table
