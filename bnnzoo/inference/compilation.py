@@ -17,9 +17,10 @@ trajectory length is not known before warm-up has set it:
    leapfrog steps of the rest of the run at the mean steps per iteration of the last
    :data:`PROBE` iterations (ChEES jitters its step count from one iteration to the next);
 2. it prices them with a model of the eager seconds per leapfrog step
-   (:func:`modeled_step_seconds`: a fixed cost per step plus a cost per multiply-add of the
-   batched forward pass, fitted to ``benchmarks/results/gradient.md``, one thread, CPU; a
-   launch-bound cost per step on CUDA);
+   (:func:`modeled_step_seconds`: a fixed cost per step, a cost per multiply-add of the
+   batched forward pass and a cost per unit output of its layers (element-wise work and dispatch,
+   up to a bound), fitted to ``benchmarks/results/gradient.md`` and checked against
+   ``benchmarks/results/step_model.md``, one thread, CPU; a launch-bound cost per step on CUDA);
 3. it compiles when the modeled saving, :math:`t_\text{rest}(1 - 1/s)`, exceeds
    :data:`COMPILE_SECONDS`, with :math:`s` the assumed speed-up (:func:`assumed_speedup`: 4 for a
    small, dispatch-bound network whose kernel runs the four-step graph, 2 otherwise).
