@@ -242,6 +242,37 @@ class MeanLossForce(Force):
         return value, grad / -batch
 
 
+def _input_bias(potential, site: GroupSite, x: Tensor) -> str | None:
+    """The bias site of a grouped site whose groups are the network's input columns (the first Dense
+    layer's weight, one group per input), else None."""
+    bias = site.name[:-len("weight")] + "bias" if site.name.endswith(".weight") else None
+    if (site.name != "layers.0.weight" or len(site.shape) != 2 or site.within != (-2,) or x.dim() != 2
+            or x.shape[1] != site.shape[1] or bias not in potential.slices):
+        return None
+    return bias
+
+
+def _residual_scores(scores: Tensor, bias_scores: Tensor, x: Tensor, pruned: Tensor) -> Tensor:
+    r"""The score of each pruned input's weights for the part of that input that the kept inputs (and a
+    constant) do not explain: :math:`\tilde s_j = s_j - \sum_k \beta_{kj} s_k - \beta_{0j} s_b`, with
+    :math:`\beta_j` the least-squares fit of column j of ``x`` on the kept columns and a constant over the
+    training rows, and :math:`s_b` the bias's score (a column's score is linear in the column). Inputs that
+    share a component with the kept ones (correlated inputs) otherwise score wherever the rest of the network
+    fits that component imperfectly. ``scores`` ``[K, C, inputs, p]``, ``bias_scores`` ``[K, C, p]``,
+    ``pruned`` ``[C, inputs]``; returns ``scores`` with the pruned inputs' rows replaced."""
+    out = scores.clone()
+    ones = x.new_ones(x.shape[0], 1)
+    for c in range(pruned.shape[0]):
+        drop, kept = torch.nonzero(pruned[c]).flatten(), torch.nonzero(~pruned[c]).flatten()
+        if drop.numel() == 0:
+            continue
+        design = torch.cat([ones, x[:, kept]], 1).to(torch.float64)
+        beta = torch.linalg.lstsq(design, x[:, drop].to(torch.float64)).solution.to(scores.dtype)  # [1 + k, m]
+        basis = torch.cat([bias_scores[:, c].unsqueeze(1), scores[:, c, kept]], 1)  # [K, 1 + k, p]
+        out[:, c, drop] = scores[:, c, drop] - torch.einsum("kap,am->kmp", basis, beta)
+    return out
+
+
 def log_likelihood_and_grad(potential, theta: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, dict, Tensor]:
     """The log likelihood of the rows ``x, y`` per chain ``[C]``, its gradient ``[C, D]``, and the
     constrained values and log-Jacobian at ``theta``."""
@@ -456,15 +487,18 @@ class GroupEM(SGComponent):
         x, y = potential.x, potential.y
         k = min(SCORE_BATCHES, x.shape[0])
         edges = [round(i * x.shape[0] / k) for i in range(k + 1)]
-        columns = torch.cat([torch.arange(potential.dim, device=theta.device)[s.index] for s in self.sites])
-        scores = torch.stack([log_likelihood_and_grad(potential, theta, x[a:b], y[a:b])[1][:, columns]
-                              for a, b in zip(edges[:-1], edges[1:])])
-        found, start = {}, 0
+        found = {}
         for site in self.sites:
+            bias = _input_bias(potential, site, x)
+            where = [site.index] + ([potential.slices[bias]] if bias else [])
+            columns = torch.cat([torch.arange(potential.dim, device=theta.device)[w] for w in where])
+            scores = torch.stack([log_likelihood_and_grad(potential, theta, x[a:b], y[a:b])[1][:, columns]
+                                  for a, b in zip(edges[:-1], edges[1:])])  # [K, C, site (+ bias)]
             size = math.prod(site.shape)
-            site_scores = self._groups(scores[..., start:start + size], site)  # [K, C, G, p]
-            start += size
+            site_scores = self._groups(scores[..., :size], site)  # [K, C, G, p]
             pruned = ~self._groups(self.keep[:, site.index], site).any(-1)  # [C, G]
+            if bias:  # groups are the network's inputs: the part of each not explained by the kept ones
+                site_scores = _residual_scores(site_scores, scores[..., size:], x, pruned)
             p_value = pruned_score_test(site_scores)[1]
             level = SCORE_LEVEL / pruned.sum(-1, keepdim=True).clamp_min(1)
             flagged = pruned & (p_value < level)

@@ -310,24 +310,44 @@ def test_pruned_score_test_is_calibrated_under_no_signal_and_finds_signal():
     assert statistic.tolist() == [0.0] * 3 and p_value.tolist() == [1.0] * 3
 
 
+def _pruned_at_the_start(x, y, pruned):
+    """A group-sparse kernel whose first iteration prunes the input columns ``pruned``; its end-of-run notes."""
+    potential = BNNPotential(BNN(_spec(x.shape[1], hidden=3)), x, y)
+    kernel = GroupSparseSGHMC(potential=potential, em_warmup=0, em_every=1, step_size=1e-4, schedule="constant",
+                              prune_patience=1, soft_threshold=1e-2, hard_threshold=1e-3, init_radius="auto")
+    kernel.setup(0)
+    theta = kernel.initial_point()
+    weight = theta[0, potential.slices["layers.0.weight"]].view(3, x.shape[1])  # a view: writes go to theta
+    weight[:, pruned] = 0.01  # below the hard threshold
+    theta = kernel.iterate(theta)[0]
+    kernel.draw_stats(theta)
+    kept = kernel.final_state()["pruning_mask"]["layers.0.weight"][0].any(0)
+    assert np.flatnonzero(~kept).tolist() == sorted(pruned)
+    return kernel
+
+
 def test_a_pruned_input_with_an_effect_is_named_at_the_end():
     """An input that matters, pruned at the first E-step, is found by the end-of-run check (warning and
     ``pruned_with_signal``); an irrelevant input pruned the same way is not."""
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(1024, 6, generator=generator)
     y = x[:, 0] - 0.5 * x[:, 1] + 0.1 * torch.randn(1024, generator=generator)
-    potential = BNNPotential(BNN(_spec(6, hidden=3)), x, y)
-    kernel = GroupSparseSGHMC(potential=potential, em_warmup=0, em_every=1, step_size=1e-4, schedule="constant",
-                              prune_patience=1, soft_threshold=1e-2, hard_threshold=1e-3, init_radius="auto")
-    kernel.setup(0)
-    theta = kernel.initial_point()
-    weight = theta[0, potential.slices["layers.0.weight"]].view(3, 6)  # a view: writes go to theta
-    weight[:, 0] = weight[:, 5] = 0.01  # relevant input 0 and irrelevant input 5 below the hard threshold
-    theta = kernel.iterate(theta)[0]
-    kernel.draw_stats(theta)
-    kept = kernel.final_state()["pruning_mask"]["layers.0.weight"][0].any(0)
-    assert kept.tolist() == [False, True, True, True, True, False]
+    kernel = _pruned_at_the_start(x, y, [0, 5])
     with pytest.warns(UserWarning, match=r"layers.0.weight: pruned group\(s\) that the data still pull away from "
                                          r"zero at the end \(chain 0: group\(s\) 0;"):
         notes = kernel.notes()
     assert notes["pruned_with_signal"] == {"layers.0.weight": [[0]]}
+
+
+def test_an_irrelevant_input_correlated_with_a_kept_one_is_not_named():
+    """Input 5 is input 0 plus noise and has no effect of its own; the start's network fits nothing, so the
+    residual moves with input 0 and with input 5 through it. The check scores the part of each pruned input
+    that the kept inputs do not explain: input 5 is not named, the pruned relevant input 1 is."""
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(1024, 6, generator=generator)
+    x[:, 5] = x[:, 0] + 0.5 * torch.randn(1024, generator=generator)
+    y = x[:, 0] - 0.5 * x[:, 1] + 0.1 * torch.randn(1024, generator=generator)
+    kernel = _pruned_at_the_start(x, y, [1, 5])
+    with pytest.warns(UserWarning, match=r"\(chain 0: group\(s\) 1;"):
+        notes = kernel.notes()
+    assert notes["pruned_with_signal"] == {"layers.0.weight": [[1]]}
