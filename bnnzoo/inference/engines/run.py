@@ -21,7 +21,7 @@ from ...models.defaults import default_dtype
 from ...models.spec import spec_from
 from ...results import Run
 from ..budget import check_budget_engine, fixed_cost, plan_samples, stage_grad_evals, truncate
-from ..checkpoint import CHECKPOINT_SECONDS, Checkpoint, fingerprint
+from ..checkpoint import CHECKPOINT_SECONDS, STATE_LAYOUT, Checkpoint, fingerprint
 from ..ensemble import START_KEYS, StartPlan, check_start, fit_members, initial_points, members_cost
 from ..potential import make_potential
 from ..threads import busy_note, check_threads, choose_threads, using_threads, work_per_gradient
@@ -118,8 +118,9 @@ def check_start_of(engine: str, num_samples: int = 500, warmup_steps: int = 500,
 
 def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: dict) -> dict[str, str]:
     """What a checkpoint of this run must match: the model spec, the data (and their device), the engine,
-    options and counts."""
+    options and counts, and the layout of the kernels' saved states (``STATE_LAYOUT``)."""
     return fingerprint(engine=engine, model=model.spec.to_dict(), options=options, run=counts,
+                       state_layout=STATE_LAYOUT,
                        device=str(data.x_train.device),
                        data={"x_train": data.x_train, "y_train": data.y_train, "x_test": data.x_test,
                              "y_test": data.y_test})
