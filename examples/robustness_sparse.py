@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import re
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -168,6 +169,26 @@ def wanted(only: str, fn, arguments) -> bool:
     return fn is p001_run if only == "paper001" else fn is p004_run and arguments[0] == only
 
 
+def named_groups(text) -> str:
+    """The inputs the check of the pruned groups names in a run's warnings (chain 0), or ``-``."""
+    match = re.search(r"still pull away from zero at the end \(chain 0: group\(s\) ([0-9, ]+);", text or "")
+    return match.group(1) if match else "-"
+
+
+def check_table(rows: list[dict]) -> str:
+    """Per run: whether the selection is exact, what it lost or kept, and the inputs the end-of-run check of
+    the pruned groups names (its score test; the relevant inputs are the problem's first ones)."""
+    lines = ["| problem | N | noise | seed | selection | inputs the check names |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lost = r["relevant"] - r["relevant_kept"]
+        exact = lost == 0 and r["irrelevant_kept"] == 0
+        selection = "exact" if exact else f"{lost} relevant lost, {r['irrelevant_kept']} irrelevant kept"
+        noise = "-" if r["noise"] is None else f"{r['noise']:g}"
+        lines.append(f"| {r['problem']} | {r['n_train']} | {noise} | {r['seed']} | {selection} | "
+                     f"{named_groups(r.get('warning'))} |")
+    return "\n".join(lines)
+
+
 def warning_kinds(text) -> str:
     """The run-time warnings of one run, by kind: ``rows`` (too few rows for the layer's threshold: raised to
     the no-signal level), ``short`` (the run ended before any group could be pruned), ``open`` (groups neither
@@ -214,6 +235,9 @@ def table(rows: list[dict], out: Path) -> str:
             if key not in seen:
                 seen.add(key)
                 lines.append(f"* {t}")
+    if any(r.get("problem", "").startswith("paper004") for r in rows):
+        lines += ["", "The check of the pruned groups, per paper-004 run:", "",
+                  check_table([r for r in rows if r["problem"].startswith("paper004")])]
     text = "\n".join(lines) + "\n"
     (out / "table.md").write_text(text)
     return text
