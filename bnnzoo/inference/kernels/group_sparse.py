@@ -487,13 +487,15 @@ class GroupEM(SGComponent):
         x, y = potential.x, potential.y
         k = min(SCORE_BATCHES, x.shape[0])
         edges = [round(i * x.shape[0] / k) for i in range(k + 1)]
+        biases = [_input_bias(potential, site, x) for site in self.sites]
+        index = torch.arange(potential.dim, device=theta.device)
+        columns = [torch.cat([index[site.index]] + ([index[potential.slices[bias]]] if bias else []))
+                   for site, bias in zip(self.sites, biases)]
+        every = torch.cat(columns)  # one pass over the batches for every site: [K, C, sites (+ biases)]
+        scores_all = torch.stack([log_likelihood_and_grad(potential, theta, x[a:b], y[a:b])[1][:, every]
+                                  for a, b in zip(edges[:-1], edges[1:])])
         found = {}
-        for site in self.sites:
-            bias = _input_bias(potential, site, x)
-            where = [site.index] + ([potential.slices[bias]] if bias else [])
-            columns = torch.cat([torch.arange(potential.dim, device=theta.device)[w] for w in where])
-            scores = torch.stack([log_likelihood_and_grad(potential, theta, x[a:b], y[a:b])[1][:, columns]
-                                  for a, b in zip(edges[:-1], edges[1:])])  # [K, C, site (+ bias)]
+        for site, bias, scores in zip(self.sites, biases, scores_all.split([len(c) for c in columns], -1)):
             size = math.prod(site.shape)
             site_scores = self._groups(scores[..., :size], site)  # [K, C, G, p]
             pruned = ~self._groups(self.keep[:, site.index], site).any(-1)  # [C, G]
