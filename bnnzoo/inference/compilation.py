@@ -178,7 +178,7 @@ class AutoCompile:
         if not getattr(potential, "analytic", False):
             self.decision = "auto: eager (the model has no analytic gradient to compile)"
         elif not getattr(potential, "compilable", True):
-            self.decision = "auto: eager (the analytic gradient of a learned noise runs eagerly)"
+            self.decision = "auto: eager (the likelihood has no graph loss to compile)"
         elif not compiler_available():
             self.decision = "auto: eager (no C++ compiler found)"
             warnings.warn("compile='auto': no C++ compiler found (g++, c++, clang++ or $CXX); running eagerly")

@@ -178,19 +178,28 @@ class GaussianLikelihood(Likelihood):
         a, b = self.noise_prior
         constant = num_data * 0.5 * math.log(2 * math.pi) - a * math.log(b) + math.lgamma(a)
 
-        def loss(f, y, scale, u):
-            r = f - y
-            flat = r.reshape(r.shape[:-2] + (-1,))
-            squares = torch.linalg.vecdot(flat, flat)
+        def terms(r, squares, scale, u):
+            """``U`` without its constant, ``dU/du`` and the factor ``s e^{-u}`` of ``dU/df``."""
             u = u[..., 0]
             precision = torch.exp(-u)
             half_rows = 0.5 * scale * r.shape[-2]
             data = (0.5 * scale) * squares * precision
             value = data + (half_rows + a) * u + b * precision
             grad_u = (half_rows + a) - data - b * precision
-            return value, r.mul_((scale * precision)[..., None, None]), grad_u.unsqueeze(-1)
+            return value, grad_u.unsqueeze(-1), (scale * precision)[..., None, None]
 
-        return AnalyticLoss(_column_target, loss, None, constant, num_params=1)
+        def loss(f, y, scale, u):
+            r = f - y
+            flat = r.reshape(r.shape[:-2] + (-1,))
+            value, grad_u, factor = terms(r, torch.linalg.vecdot(flat, flat), scale, u)
+            return value, r.mul_(factor), grad_u
+
+        def graph_loss(f, y, scale, u):
+            r = f - y
+            value, grad_u, factor = terms(r, r.square().sum((-1, -2)), scale, u)
+            return value + constant, r * factor, grad_u
+
+        return AnalyticLoss(_column_target, loss, graph_loss, constant, num_params=1)
 
     def to_dict(self):
         d = {"kind": self.kind, "noise": self.noise}

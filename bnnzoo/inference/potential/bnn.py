@@ -82,16 +82,15 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         # slow_path (set by the plan): why the gradient runs on autograd, a phrase; None on the analytic path
         if not analytic and self.slow_path is None:
             self.slow_path = "analytic=False"
-        #: True when the analytic path has compiled graphs (not for a likelihood with parameters of
-        #: its own, a learned noise: that path runs eagerly)
+        #: True when the analytic path has compiled graphs (its likelihood has a graph loss)
         self.compilable = self.analytic and self._graph_loss is not None
         if compile and not self.compilable:
             raise ValueError(
-                "compile=True needs the analytic gradient with a fixed likelihood (Dense layers with an "
-                f"activation among {', '.join(str(a) for a in ACTIVATION_BACKWARD)}, iid elementwise priors on "
-                "untransformed sites, a Gaussian likelihood with fixed noise, Bernoulli or Categorical), which "
-                "this model does not have" + ("" if analytic else " (analytic=False)")
-                + (": its learned noise runs the analytic path eagerly" if self.analytic else ""))
+                "compile=True needs the analytic gradient (Dense layers with an activation among "
+                f"{', '.join(str(a) for a in ACTIVATION_BACKWARD)}, iid elementwise priors on untransformed "
+                "sites, a Gaussian likelihood (fixed or learned noise), Bernoulli or Categorical), which this "
+                "model does not have" + ("" if analytic else " (analytic=False)")
+                + (f": {self.slow_path}" if self.slow_path and analytic else ""))
         #: True when :meth:`value_and_grad` and :meth:`leapfrog_step` run compiled graphs
         self.compile = bool(compile)
         #: seconds spent in the calls that compiled a graph (one per function and input shapes)

@@ -78,7 +78,7 @@ def test_analytic_gradient_float32():
     torch.testing.assert_close(g1, g2, rtol=1e-4, atol=1e-4 * float(g2.abs().max()))
 
 
-@pytest.mark.parametrize("lik_name", ANALYTIC_LIKELIHOODS)
+@pytest.mark.parametrize("lik_name", ANALYTIC_LIKELIHOODS + ("gaussian_learned",))
 @pytest.mark.parametrize("input_dim, first_bias", [(1, True), (1, False), (3, True), (3, False)])
 def test_the_graph_formulation_equals_the_eager_one(float64, input_dim, first_bias, lik_name):
     """What a compiled graph traces (feature-major activations, the one-input weight gradient as a
@@ -102,17 +102,16 @@ def test_the_graph_formulation_equals_the_eager_one(float64, input_dim, first_bi
 @pytest.mark.parametrize("prior_name", ("gaussian", "laplace"))
 def test_a_learned_noise_has_the_analytic_gradient(float64, prior_name):
     """The InverseGamma noise variance (log transform) on the analytic path: value and gradient
-    equal autograd's, for one chain, chains, shared and per-chain minibatches; no compiled graph."""
+    equal autograd's, for one chain, chains, shared and per-chain minibatches; it compiles too
+    (:func:`test_compiled_potential_equals_eager`)."""
     model, x, y = mlp_problem(prior_name, "gaussian_learned")
     potential = BNNPotential(model, x, y)
-    assert potential.analytic and not potential.compilable
+    assert potential.analytic and potential.compilable
     theta = random_points(potential, 3, seed=5, radius=1.5)
     assert_analytic_matches_autograd(model, x, y, theta[0])
     assert_analytic_matches_autograd(model, x, y, theta)
     assert_analytic_matches_autograd(model, x, y, theta, torch.tensor([3, 0, 7, 7]))
     assert_analytic_matches_autograd(model, x, y, theta, torch.tensor([[1, 2, 9], [4, 4, 0], [5, 6, 8]]))
-    with pytest.raises(ValueError, match="compile=True needs the analytic gradient with a fixed likelihood.*learned noise"):
-        BNNPotential(model, x, y, compile=True)
 
 
 @pytest.mark.parametrize("name, phrase", [
@@ -171,7 +170,8 @@ def test_non_qualifying_models_fall_back_to_autograd(float64):
 
 @needs_compiler
 @pytest.mark.parametrize("activation, prior_name, lik_name", [("tanh", "gaussian", "gaussian"),
-                                                              ("relu", "laplace", "categorical")])
+                                                              ("relu", "laplace", "categorical"),
+                                                              ("tanh", "laplace", "gaussian_learned")])
 def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_name):
     model, x, y = analytic_problem(activation, prior_name, lik_name)
     eager, compiled = BNNPotential(model, x, y), BNNPotential(model, x, y, compile=True)
