@@ -1,6 +1,7 @@
 """The typed run configuration: built and checked once at the edge, frozen, passed down whole."""
 
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
@@ -31,6 +32,10 @@ def test_the_config_is_frozen():
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(obj, field, value)
     assert isinstance(config.arguments, tuple) and isinstance(config.driver, tuple)
+    # a study sends it to its workers (Ray) as it is
+    ensemble = run_config("rwmh", warm_start="ensemble", num_members=2, ensemble={"lr": 0.1}, device="cpu")
+    for one in (config, ensemble):
+        assert pickle.loads(pickle.dumps(one)) == one
     # what the kernel is built from: the typed options of its dataclass, the chains it holds
     assert type(config.options) is ENGINES["chees"].kernel.Options
     assert (config.options.target_accept, config.options.num_chains, config.num_chains) == (0.7, 4, 4)
