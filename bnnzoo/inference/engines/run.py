@@ -92,7 +92,7 @@ def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: 
                              "y_test": data.y_test})
 
 
-def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
+def run(model_or_spec, data, engine: str | RunConfig = "nuts", num_samples: int = 500, warmup_steps: int = 500,
         num_chains: int | None = None, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
         checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
         threads="auto", dtype=None, device=None, member_executor=None, **engine_options) -> Run:
