@@ -140,7 +140,8 @@ def sweep_table(rows: list[dict]) -> pd.DataFrame:
 
 
 def sweep(model_or_spec, data, engines: Sequence[str] | None = None, grid: Mapping | None = None,
-          seeds: Sequence[int] = (0,), *, cells: Sequence[Cell] | None = None, num_samples: int = 500, warmup_steps: int = 500, num_chains: int = 2, out=None, executor="inprocess",
+          seeds: Sequence[int] = (0,), *, cells: Sequence[Cell] | None = None, num_samples: int = 500,
+          warmup_steps: int = 500, num_chains: int = 2, out=None, executor="inprocess",
           progress: bool = True, threads="auto", dtype=None, device=None, checkpoint_every: int | None = None,
           checkpoint_seconds: float | None = CHECKPOINT_SECONDS, resume: bool = True) -> pd.DataFrame:
     """Run every engine on every combination of its grid's values and every seed (module docstring).

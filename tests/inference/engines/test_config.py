@@ -103,10 +103,11 @@ def test_a_config_goes_to_run_whole(data):
 def test_the_kernel_and_the_fit_get_the_configs_options_object(data, monkeypatch):
     received = []
     original = FlatKernel.from_options.__func__
-    monkeypatch.setattr(FlatKernel, "from_options",
-                        classmethod(lambda cls, options, **kw: received.append(options) or original(cls, options, **kw)))
+    monkeypatch.setattr(FlatKernel, "from_options", classmethod(
+        lambda cls, options, **kw: received.append(options) or original(cls, options, **kw)))
     fit = driver.sample_mean_field
-    monkeypatch.setattr(driver, "sample_mean_field", lambda p, options, *a: received.append(options) or fit(p, options, *a))
+    monkeypatch.setattr(driver, "sample_mean_field",
+                        lambda p, options, *a: received.append(options) or fit(p, options, *a))
     for engine, options in (("rwmh", {}), ("svi", {"num_steps": 10})):
         config = run_config(engine, **SMALL, **options)
         run(SPEC, data, engine=config)
