@@ -214,7 +214,8 @@ def read_run_file(path: str | Path, device: str | None = None) -> dict:
     description; without it, a summary of the model, data and engines). ``device`` (the CLI's
     ``--device``) replaces the file's. Every table is checked before anything runs (the data set's
     values by its loader): a ``ValueError`` naming the table, the key and the value. The plan has
-    the file's own text as ``text``."""
+    the file's own text as ``text``, and ``configs``: each engine's ``(label, RunConfig)``, checked here
+    once (:func:`~bnnzoo.inference.run_config`), which ``bnnzoo run`` hands to ``compare`` as they are."""
     from .inference import run_config
     from .models.spec import read_toml
 
@@ -265,7 +266,8 @@ def read_sweep_file(path: str | Path, device: str | None = None) -> dict:
     ``[sweep.grid.<engine>]`` with ``option = [values]`` (a single value: fixed). Every cell is built
     and checked before anything runs: a ``ValueError`` naming the table, the key and the value. The
     plan has the cells' counts (``num_samples``, ``warmup_steps``, ``num_chains``), ``engines``,
-    ``grid``, ``seeds`` and ``cells``."""
+    ``grid``, ``seeds`` and ``cells`` (each with its checked :class:`~bnnzoo.inference.RunConfig`, counts
+    not in the file at :func:`~bnnzoo.experiments.sweep`'s defaults), which ``bnnzoo sweep`` runs."""
     from .experiments import grid_cells, sweep_counts
     from .models.spec import read_toml
 
