@@ -97,7 +97,8 @@ def _compare(plan: dict, out: str, title: str, description: str, progress: bool,
     data = load_data(plan["data"], seed)
     common = {k: plan[k] for k in ("num_samples", "warmup_steps", "num_chains") if k in plan}
     try:
-        table, runs = compare(plan["spec"], data, engines=plan["engines"], seed=seed, progress=progress,
+        table, runs = compare(plan["spec"], data, engines=plan.get("configs", plan["engines"]), seed=seed,
+                              progress=progress,
                               checkpoint=out, resume=resume, checkpoint_every=checkpoint_every,
                               checkpoint_seconds=checkpoint_seconds, threads=threads, dtype=plan.get("dtype"),
                               device=plan.get("device"), **common)
@@ -213,8 +214,9 @@ def read_run_file(path: str | Path, device: str | None = None) -> dict:
     description; without it, a summary of the model, data and engines). ``device`` (the CLI's
     ``--device``) replaces the file's. Every table is checked before anything runs (the data set's
     values by its loader): a ``ValueError`` naming the table, the key and the value. The plan has
-    the file's own text as ``text``."""
-    from .inference import check_run
+    the file's own text as ``text``, and ``configs``: each engine's ``(label, RunConfig)``, checked here
+    once (:func:`~bnnzoo.inference.run_config`), which ``bnnzoo run`` hands to ``compare`` as they are."""
+    from .inference import run_config
     from .models.spec import read_toml
 
     doc = read_toml(path, "run file")
@@ -226,13 +228,14 @@ def read_run_file(path: str | Path, device: str | None = None) -> dict:
     engines = doc.get("engines")
     if not isinstance(engines, list) or not engines:
         raise ValueError(f"{path}: add at least one [[engines]] table with kind = '<engine>', got {engines!r}")
+    configs = []  # each engine's checked run configuration, which compare() runs as it is
     for i, table in enumerate(engines):  # as experiments.compare reads them: a name or a table with a kind
         table = {"kind": table} if isinstance(table, str) else table
         if not isinstance(table, dict) or not isinstance(table.get("kind"), str):
             raise ValueError(f"engines[{i}]: expected a table with kind = '<engine>', got {table!r}")
         options = {k: v for k, v in table.items() if k not in ("kind", "label")}
         try:
-            check_run(table["kind"], **{**settings, **options})
+            configs.append((table.get("label"), run_config(table["kind"], **{**settings, **options})))
         except ValueError as err:
             raise ValueError(f"engines[{i}] ({table['kind']}): {err}") from None
     if not description.strip():
@@ -245,7 +248,8 @@ def read_run_file(path: str | Path, device: str | None = None) -> dict:
                        f"{type(spec.prior).__name__}, likelihood {type(spec.likelihood).__name__}) on data "
                        f"`{plan['data_name']}`{f' ({data_keys})' if data_keys else ''}; engines: {', '.join(kinds)}"
                        f"{'; ' + counts if counts else ''}.")
-    return {"spec": spec, "data": plan["data"], "engines": engines, "description": description.strip(),
+    return {"spec": spec, "data": plan["data"], "engines": engines, "configs": configs,
+            "description": description.strip(),
             "text": Path(path).read_text(), "dtype": plan["dtype"], "device": plan["device"], **settings}
 
 
@@ -262,8 +266,9 @@ def read_sweep_file(path: str | Path, device: str | None = None) -> dict:
     ``[sweep.grid.<engine>]`` with ``option = [values]`` (a single value: fixed). Every cell is built
     and checked before anything runs: a ``ValueError`` naming the table, the key and the value. The
     plan has the cells' counts (``num_samples``, ``warmup_steps``, ``num_chains``), ``engines``,
-    ``grid``, ``seeds`` and ``cells``."""
-    from .experiments import grid_cells
+    ``grid``, ``seeds`` and ``cells`` (each with its checked :class:`~bnnzoo.inference.RunConfig`, counts
+    not in the file at :func:`~bnnzoo.experiments.sweep`'s defaults), which ``bnnzoo sweep`` runs."""
+    from .experiments import grid_cells, sweep_counts
     from .models.spec import read_toml
 
     doc = read_toml(path, "sweep file")
@@ -278,7 +283,8 @@ def read_sweep_file(path: str | Path, device: str | None = None) -> dict:
         raise ValueError(f"[run] seed = {settings['seed']!r} and [sweep] seeds = {table['seeds']!r}: give the "
                          f"seeds once, in [sweep] seeds")
     seeds = table["seeds"] if "seeds" in table else [settings.pop("seed", 0)]
-    cells = grid_cells(table.get("engines"), table.get("grid"), seeds, settings, where="sweep.")
+    # every cell checked into its run configuration once, here; bnnzoo sweep runs these cells
+    cells = grid_cells(table.get("engines"), table.get("grid"), seeds, sweep_counts(**settings), where="sweep.")
     return {**plan, **settings, "engines": table["engines"], "grid": table.get("grid", {}), "seeds": seeds,
             "cells": cells}
 
@@ -317,13 +323,12 @@ def cmd_sweep(args) -> int:
     plan = read_sweep_file(args.grid, getattr(args, "device", None))
     executor = _executor(args)
     data = load_data(plan["data"], 0)  # drawn once for every cell ([data] seed = N to change it)
-    counts = {k: plan[k] for k in ("num_samples", "warmup_steps", "num_chains") if k in plan}
     try:
-        table = sweep(plan["spec"], data, plan["engines"], plan["grid"], plan["seeds"], out=args.out,
+        table = sweep(plan["spec"], data, cells=plan["cells"], out=args.out,
                       executor=executor, progress=not args.no_progress, threads=args.threads, dtype=plan["dtype"],
                       device=plan["device"],
                       checkpoint_every=args.checkpoint_every, checkpoint_seconds=args.checkpoint_seconds,
-                      resume=not args.fresh, **counts)
+                      resume=not args.fresh)
     except KeyboardInterrupt as stop:
         done = len(getattr(stop, "finished", []))
         print(f"bnnzoo: interrupted; {done} of {len(plan['cells'])} cells finished and the running cells' "

@@ -21,10 +21,10 @@ from .compare import compare, format_table
 from .executors import InProcess, RayExecutor
 from .report import write_report
 from .study import Cell, Finished, Study
-from .sweep import grid_cells, sweep
+from .sweep import grid_cells, sweep, sweep_counts
 
 __all__ = [
     "SWEEP_COLUMNS", "Cell", "EfficiencyCurve", "Finished", "InProcess", "RayExecutor", "Study", "acceptance_cells",
     "acceptance_row", "acceptance_sweep", "compare", "efficiency_cells", "efficiency_curve", "format_table",
-    "grid_cells", "run_sweep", "size_cells", "size_sweep", "sweep", "write_report",
+    "grid_cells", "run_sweep", "size_cells", "size_sweep", "sweep", "sweep_counts", "write_report",
 ]

@@ -22,7 +22,7 @@ from ..diagnostics.members import member_mixing
 from ..diagnostics.predictive import predictive_metrics
 from ..diagnostics.scorecard import PredictiveReference, as_reference, check_reference, scorecard
 from ..diagnostics.summary import mixing, never_moved
-from ..inference import check_run
+from ..inference import RunConfig, run_config
 from ..inference.checkpoint import CHECKPOINT_SECONDS
 from ..results import Run
 from .study import Cell, Finished, Study, unique_labels
@@ -85,13 +85,20 @@ def _rank(rows: list[dict]) -> None:
         best["note"] = "best"
 
 
-def _engine_items(engines: Iterable) -> list[tuple[str, str, dict[str, Any]]]:
-    """``(label, kind, options)`` per engine; repeated labels become ``kind#2``, ``kind#3``..."""
-    if isinstance(engines, (str, Mapping)):
+def _engine_items(engines: Iterable) -> list[tuple[str, str, dict[str, Any], RunConfig | None]]:
+    """``(label, kind, options, config)`` per engine (``config`` where one was given); repeated labels
+    become ``kind#2``, ``kind#3``..."""
+    if isinstance(engines, (str, Mapping, RunConfig)):
         engines = [engines]
     items = []
     for i, item in enumerate(engines):
-        if isinstance(item, str):
+        config = None
+        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], RunConfig):
+            label, config = item
+            kind, options = config.engine, config.given()
+        elif isinstance(item, RunConfig):
+            kind, options, label, config = item.engine, item.given(), None, item
+        elif isinstance(item, str):
             kind, options, label = item, {}, None
         elif isinstance(item, Mapping):
             options = dict(item)
@@ -100,12 +107,12 @@ def _engine_items(engines: Iterable) -> list[tuple[str, str, dict[str, Any]]]:
             if not isinstance(kind, str):
                 raise ValueError(f"engines[{i}]: a dict needs a 'kind' (engine name), got {item!r}")
         else:
-            raise TypeError(f"engines[{i}]: expected an engine name or a dict, got {type(item).__name__}")
-        items.append((str(label or kind), kind, options))
+            raise TypeError(f"engines[{i}]: expected an engine name, a dict or a RunConfig, got {type(item).__name__}")
+        items.append((str(label or kind), kind, options, config))
     if not items:
         raise ValueError("engines: give at least one engine")
-    labels = unique_labels(label for label, _, _ in items)
-    return [(label, kind, options) for label, (_, kind, options) in zip(labels, items)]
+    labels = unique_labels(label for label, *_ in items)
+    return [(label, *rest) for label, (_, *rest) in zip(labels, items)]
 
 
 def _row(label: str, kind: str, result: Run, reference: PredictiveReference | None = None) -> dict[str, Any]:
@@ -207,10 +214,13 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
     model_or_spec, data
         As for :func:`bnnzoo.inference.run`. They are resolved once (by the first
         engine) and the same ``BNN`` and ``Dataset`` go to every engine.
-    engines : iterable of str or dict
+    engines : iterable of str, dict or RunConfig
         Engine names, or ``{"kind": "nuts", "label": "nuts-short", "num_samples": 200, **options}``:
         per-engine overrides of ``num_samples``, ``warmup_steps``, ``num_chains``, ``seed``,
-        plus the engine's own options. Rows are labelled by ``label`` or the engine
+        plus the engine's own options; or a :class:`~bnnzoo.inference.RunConfig`
+        (:func:`~bnnzoo.inference.run_config`), alone or as ``(label, config)``, which carries its
+        counts and options (the common ones below do not apply to it). Each is checked once, into
+        its config, before the first engine runs. Rows are labelled by ``label`` or the engine
         name; repeats become ``nuts#2``, ``nuts#3``.
     num_samples, warmup_steps, num_chains, seed, progress
         Common settings (``num_chains=None``: 2, or ``num_members * chains_per_member`` for an engine
@@ -270,13 +280,16 @@ def compare(model_or_spec, data, engines=("nuts", "svi"), *, num_samples: int = 
     """
     items = _engine_items(engines)
     common = {"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": num_chains, "seed": seed}
-    for i, (label, kind, options) in enumerate(items):  # every entry checked before the first engine runs
-        try:
-            check_run(kind, **{**common, **options})
-        except ValueError as err:
-            raise ValueError(f"engines[{i}] ({kind}): {err}") from None
+    cells = []
+    for i, (label, kind, options, config) in enumerate(items):  # every entry checked before the first engine runs
+        if config is None:
+            options = {**common, **options}
+            try:
+                config = run_config(kind, **options)
+            except ValueError as err:
+                raise ValueError(f"engines[{i}] ({kind}): {err}") from None
+        cells.append(Cell(label, kind, options, config=config))
     reference = as_reference(reference)
-    cells = [Cell(label, kind, {**common, **options}) for label, kind, options in items]
     row = comparison_row if reference is None else ReferenceRow(reference)
     study = Study(cells, data, model_or_spec, row=row, table=ranked_table,
                   table_name="comparison.csv", out=checkpoint, resume=resume, executor=executor, name="compare",

@@ -50,11 +50,10 @@ import pandas as pd
 
 from .. import validation
 from ..diagnostics import to_inference_data
-from ..inference import check_run, run
+from ..inference import RunConfig, run, run_config, run_settings
 from ..inference.checkpoint import (CHECKPOINT_SECONDS, CheckpointCorrupt, fingerprint, folder_lock, read_json,
                                     write_atomic)
 from ..inference.engines import resolve
-from ..inference.threads import check_threads
 from ..results import Run
 from .executors import executor_from
 
@@ -78,6 +77,11 @@ class Cell:
         The cell's own model (a spec, a ``BNN``, a zoo name); None: the study's.
     coords : dict
         The cell's place in the study (grid values, seed, ...): the first columns of its row.
+    config : RunConfig, optional
+        The checked run configuration of ``engine`` and ``options``
+        (:func:`~bnnzoo.inference.run_config`), where the code that built the cell has checked it
+        (:func:`~bnnzoo.experiments.compare`, :func:`~bnnzoo.experiments.grid_cells`); None: the
+        study builds it. ``options`` stays the cell's record (its fingerprint, its file).
     """
 
     label: str
@@ -85,6 +89,7 @@ class Cell:
     options: Mapping[str, Any] = field(default_factory=dict)
     model: Any = None
     coords: Mapping[str, Any] = field(default_factory=dict)
+    config: RunConfig | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -121,9 +126,9 @@ def unique_labels(labels) -> list[str]:
     return out
 
 
-def _execute(data, cell: Cell, model, settings: dict, row: Callable) -> _Outcome:
-    """Run one cell (in this process or a worker) and compute its row where its run is."""
-    result = run(model, data, engine=cell.engine, **settings, **cell.options)
+def _execute(data, cell: Cell, model, config: RunConfig, row: Callable) -> _Outcome:
+    """Run one cell (in this process or a worker) as ``config`` says and compute its row where its run is."""
+    result = run(model, data, engine=config)
     return _Outcome({**cell.coords, **row(cell, result)}, dataclasses.replace(result, model=None, data=None))
 
 
@@ -250,9 +255,11 @@ class Study:
         Keep each cell's ``Run`` in :attr:`Finished.run`, and its engine checkpoint in ``out`` to
         load it from in a later call (:meth:`load_run`); else only its row (less memory and disk).
 
-    Every cell's engine and options, every model and the data are checked when the
-    study is built, before any cell runs: a ``ValueError`` naming the cell, the field
-    and the value.
+    Every cell's engine and options (into its :class:`~bnnzoo.inference.RunConfig`, once: a cell
+    that comes with its config is not checked again), the settings (:func:`~bnnzoo.inference.run_settings`,
+    once for every cell), every model and the data are checked when the study is built, before any
+    cell runs: a ``ValueError`` naming the cell, the field and the value. Each cell then runs its
+    config under the study's settings (its own checkpoint folder; one thread on Ray).
     """
 
     def __init__(self, cells: Sequence[Cell], data, model=None, *, row: Callable[[Cell, Run], dict],
@@ -260,24 +267,23 @@ class Study:
                  out=None, resume: bool = True, executor="inprocess", name: str = "study", progress: bool = True,
                  threads="auto", dtype=None, device=None, checkpoint_every: int | None = None,
                  checkpoint_seconds: float | None = CHECKPOINT_SECONDS, keep_runs: bool = True):
-        self.cells = _check_cells(cells)
-        for flag, value in (("resume", resume), ("progress", progress), ("keep_runs", keep_runs)):
+        self.cells, self.configs = _check_cells(cells)
+        for flag, value in (("resume", resume), ("keep_runs", keep_runs)):
             validation.boolean(flag, value)
-        check_threads(threads)
+        self.settings = run_settings(progress=progress, checkpoint_every=checkpoint_every,
+                                     checkpoint_seconds=checkpoint_seconds, threads=threads, dtype=dtype,
+                                     device=device)
         self.executor = executor_from(executor)
         self.row, self.name, self.progress, self.keep_runs = row, name, progress, keep_runs
-        if device is not None:
-            device = validation.device("device", device)
-        self.settings = {"threads": threads, "dtype": dtype, "device": device}
-        self.checkpointing = {"checkpoint_every": checkpoint_every, "checkpoint_seconds": checkpoint_seconds}
         self.resume = resume
         seed = self.cells[0].options.get("seed", 0)
         first = model if model is not None else self.cells[0].model
-        self.model, self.data = resolve(first, data, seed, dtype)
-        self.models = self._resolve_models(dtype, seed)
+        self.model, self.data = resolve(first, data, seed, self.settings.dtype)
+        self.models = self._resolve_models(self.settings.dtype, seed)
         self.store = None if out is None else _Store(out, table_name, table or pd.DataFrame)
         data_print = fingerprint(data={"x_train": self.data.x_train, "y_train": self.data.y_train,
                                        "x_test": self.data.x_test, "y_test": self.data.y_test})
+        # the dtype as given: the fingerprints of folders written before stay valid
         self.prints = [{**self._fingerprint(cell, i, dtype), **data_print} for i, cell in enumerate(self.cells)]
 
     def _resolve_models(self, dtype, seed) -> list:
@@ -292,10 +298,10 @@ class Study:
         return [resolved[id(cell.model)] for cell in self.cells]
 
     def _fingerprint(self, cell: Cell, index: int, dtype) -> dict[str, str]:
-        defaults = check_run(cell.engine, **cell.options).defaults()
+        defaults = self.configs[index].spec.defaults()
         return fingerprint(engine=cell.engine, options={**defaults, **cell.options},
                            model=self.models[index].spec.to_dict(), dtype=str(dtype),
-                           device=str(self.settings["device"]),
+                           device=str(self.settings.device),
                            row=f"{self.row.__module__}.{self.row.__qualname__}")
 
     # ------------------------------------------------------------ running
@@ -354,15 +360,16 @@ class Study:
         return done
 
     def _job(self, i: int, executor) -> tuple:
-        """The arguments of cell ``i``'s run on ``executor`` (after the study's data)."""
+        """The arguments of cell ``i``'s run on ``executor`` (after the study's data): its config under the
+        study's settings as they are there (threads, progress, its checkpoint folder)."""
         cell = self.cells[i]
-        settings = {**self.settings, "threads": executor.threads(self.settings["threads"]),
-                    "progress": self.progress and executor.shows_engine_progress}
+        settings = dataclasses.replace(self.settings, threads=executor.threads(self.settings.threads),
+                                       progress=self.progress and executor.shows_engine_progress)
         if self.store is not None and executor.shared_disk:
             self.store.prepare(cell, self.prints[i], self.resume)
-            settings.update(checkpoint=str(self.store.checkpoint(cell).absolute()), **self.checkpointing,
-                            resume=True)
-        return cell, self.models[i], settings, self.row
+            settings = dataclasses.replace(settings, checkpoint=str(self.store.checkpoint(cell).absolute()),
+                                           resume=True)
+        return cell, self.models[i], self.configs[i].with_settings(settings), self.row
 
     def _finish(self, i: int, outcome: _Outcome, finished: dict[int, Finished]) -> Finished:
         """Write a finished cell (NetCDF, record, table); its run gets the study's model and data back."""
@@ -392,18 +399,20 @@ class Study:
         """The run of a cell finished in an earlier call, from its engine checkpoint (run again in this
         process if the checkpoint is gone: the same draws)."""
         index = self.cells.index(cell)
-        settings = {**self.settings, "progress": False}
+        settings = dataclasses.replace(self.settings, progress=False)
         if self.store is not None:
-            settings.update(checkpoint=str(self.store.checkpoint(cell)), resume=True)
-        return run(self.models[index], self.data, engine=cell.engine, **settings, **cell.options)
+            settings = dataclasses.replace(settings, checkpoint=str(self.store.checkpoint(cell)), resume=True)
+        return run(self.models[index], self.data, engine=self.configs[index].with_settings(settings))
 
 
-def _check_cells(cells) -> list[Cell]:
-    """A non-empty list of cells with distinct labels (as file names too), each engine and its options valid."""
+def _check_cells(cells) -> tuple[list[Cell], list[RunConfig]]:
+    """A non-empty list of cells with distinct labels (as file names too), and each cell's run
+    configuration: its own where it has one, else built here (every check of its engine and options)."""
     cells = list(cells)
     if not cells:
         raise ValueError("cells: give at least one cell")
     seen: dict[str, str] = {}
+    configs = []
     for i, cell in enumerate(cells):
         if not isinstance(cell, Cell):
             raise TypeError(f"cells[{i}]: expected a Cell, got {type(cell).__name__}")
@@ -412,8 +421,13 @@ def _check_cells(cells) -> list[Cell]:
             raise ValueError(f"cells[{i}]: label {cell.label!r} is the same file name as {seen[name]!r}; "
                              "give the cells distinct labels")
         seen[name] = cell.label
+        if cell.config is not None:
+            if not isinstance(cell.config, RunConfig) or cell.config.engine != cell.engine:
+                raise ValueError(f"cell {cell.label!r}: config is not a RunConfig of engine {cell.engine!r}")
+            configs.append(cell.config)
+            continue
         try:
-            check_run(cell.engine, **cell.options)
+            configs.append(run_config(cell.engine, **cell.options))
         except ValueError as err:
             raise ValueError(f"cell {cell.label!r}: {err}") from None
-    return cells
+    return cells, configs

@@ -16,20 +16,21 @@ again skips the finished cells. The table has the columns of
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
 from .. import validation
-from ..inference import ENGINES, check_run
+from ..inference import ENGINES, run_config
 from ..inference.checkpoint import CHECKPOINT_SECONDS
 from ..inference.engines import COUNTS
 from ..inference.options import suggest
 from .compare import COLUMNS, comparison_row, ranked_table
 from .study import Cell, Study
 
-__all__ = ["grid_cells", "sweep"]
+__all__ = ["grid_cells", "sweep", "sweep_counts"]
 
 #: run counts a grid may set per engine (seeds have their own list)
 GRID_COUNTS = ("num_samples", "warmup_steps", "num_chains")
@@ -98,9 +99,11 @@ def _value(value) -> str:
 
 def grid_cells(engines: Sequence[str], grid: Mapping | None = None, seeds: Sequence[int] = (0,),
                common: Mapping[str, Any] | None = None, where: str = "") -> list[Cell]:
-    """The cells of a sweep, every one checked before any runs: engine-major, then the grid's
-    combinations (its last key fastest), then the seeds. ``common`` holds run counts for every
-    cell; ``where`` prefixes the field names of errors (``"sweep."`` for a sweep file)."""
+    """The cells of a sweep, every one checked before any runs (each into its
+    :class:`~bnnzoo.inference.RunConfig`, :attr:`Cell.config`, so that the study does not check it
+    again): engine-major, then the grid's combinations (its last key fastest), then the seeds.
+    ``common`` holds run counts for every cell; ``where`` prefixes the field names of errors
+    (``"sweep."`` for a sweep file)."""
     engines = _check_engines(engines, where)
     grid, seeds = _check_grid(grid, engines, where), _check_seeds(seeds, where)
     cells = []
@@ -108,16 +111,23 @@ def grid_cells(engines: Sequence[str], grid: Mapping | None = None, seeds: Seque
         axes = grid.get(engine, {})
         for values in itertools.product(*axes.values()):
             options = dict(zip(axes, values))
-            try:
-                check_run(engine, **{**(common or {}), **options})
-            except ValueError as err:
-                raise ValueError(f"{where}grid.{engine} ({', '.join(f'{k} = {v!r}' for k, v in options.items())}): "
-                                 f"{err}") from None
             for seed in seeds:
+                given = {**(common or {}), **options, "seed": seed}
+                try:
+                    config = run_config(engine, **given)
+                except ValueError as err:
+                    raise ValueError(f"{where}grid.{engine} ({', '.join(f'{k} = {v!r}' for k, v in options.items())}): "
+                                     f"{err}") from None
                 label = " ".join([engine, *(f"{k}={_value(v)}" for k, v in options.items()), f"seed={seed}"])
-                cells.append(Cell(label, engine, {**(common or {}), **options, "seed": seed},
-                                  coords={"seed": seed, **options}))
+                cells.append(Cell(label, engine, given, coords={"seed": seed, **options}, config=config))
     return cells
+
+
+def sweep_counts(**given) -> dict[str, int]:
+    """The counts of every cell of a sweep: :func:`sweep`'s defaults (``num_samples``, ``warmup_steps``,
+    ``num_chains``), then ``given``."""
+    parameters = inspect.signature(sweep).parameters
+    return {**{k: parameters[k].default for k in GRID_COUNTS}, **given}
 
 
 def sweep_table(rows: list[dict]) -> pd.DataFrame:
@@ -129,8 +139,9 @@ def sweep_table(rows: list[dict]) -> pd.DataFrame:
     return pd.concat([table[["engine", "kind"]], grid, table.drop(columns=["engine", "kind"])], axis=1)
 
 
-def sweep(model_or_spec, data, engines: Sequence[str], grid: Mapping | None = None, seeds: Sequence[int] = (0,), *,
-          num_samples: int = 500, warmup_steps: int = 500, num_chains: int = 2, out=None, executor="inprocess",
+def sweep(model_or_spec, data, engines: Sequence[str] | None = None, grid: Mapping | None = None,
+          seeds: Sequence[int] = (0,), *, cells: Sequence[Cell] | None = None, num_samples: int = 500,
+          warmup_steps: int = 500, num_chains: int = 2, out=None, executor="inprocess",
           progress: bool = True, threads="auto", dtype=None, device=None, checkpoint_every: int | None = None,
           checkpoint_seconds: float | None = CHECKPOINT_SECONDS, resume: bool = True) -> pd.DataFrame:
     """Run every engine on every combination of its grid's values and every seed (module docstring).
@@ -146,6 +157,9 @@ def sweep(model_or_spec, data, engines: Sequence[str], grid: Mapping | None = No
         (``bnnzoo list ENGINE``) or ``num_samples``, ``warmup_steps``, ``num_chains``.
     seeds : list of int
         Every cell runs once per seed.
+    cells : list of Cell, optional
+        The sweep's cells as :func:`grid_cells` built them, already checked (what ``bnnzoo sweep``
+        reads from its file), instead of ``engines``, ``grid``, ``seeds`` and the counts.
     num_samples, warmup_steps, num_chains
         Counts of every cell (a grid may override them per engine).
     out : path, optional
@@ -171,8 +185,11 @@ def sweep(model_or_spec, data, engines: Sequence[str], grid: Mapping | None = No
         An unknown engine, a grid key that is not an option of its engine, a bad value,
         seed or count: named with its field and value before any cell runs.
     """
-    common = {"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": num_chains}
-    cells = grid_cells(engines, grid, seeds, common)
+    if cells is None:
+        common = {"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": num_chains}
+        cells = grid_cells(engines, grid, seeds, common)
+    elif engines is not None or grid is not None:
+        raise ValueError("cells: give the engines (and grid, seeds) or the cells of grid_cells(), not both")
     study = Study(cells, data, model_or_spec, row=comparison_row, table=sweep_table, table_name="sweep.csv",
                   out=out, resume=resume, executor=executor, name="sweep", progress=progress, threads=threads, dtype=dtype,
                   device=device,

@@ -6,12 +6,12 @@
 * :mod:`.kernels`: one ``MCMCKernel`` per algorithm, each with its options dataclass;
 * :mod:`.vi`: mean-field variational inference;
 * :mod:`.mcmc`: ``MCMC``, Pyro's driver with ``chain_method="vectorized"``;
-* :mod:`.engines`: the registry, ``run()`` and the drivers.
+* :mod:`.engines`: the registry, the typed run configuration (``run_config``), ``run()`` and the drivers.
 """
 
 from ..results import Draws, Run, split_mcmc
 from .adaptation import DualAveraging
-from .engines import ENGINES, Engine, check_run, run
+from .engines import ENGINES, Engine, RunConfig, RunSettings, check_run, run, run_config, run_settings
 from .group_em import GroupSparseOptions, GroupSparseSGHMCOptimizer
 from .kernels import (
     HMC, MAMS, MCLMC, NUTS, SGHMC, SGHMCSA, SGLD, SGLDSA, BatchedNUTS, ChEESHMC, FixedStepHMC, FlatKernel, GroupSparseSGHMC, ProximalHMC,
@@ -25,7 +25,8 @@ from .vi import AdaBound, AMSBound, MeanFieldGuide, PyroAdaBound, PyroAMSBound, 
 __all__ = [
     "BNNPotential", "BatchedNUTS", "ChEESHMC", "DualAveraging", "Draws", "ENGINES", "Engine", "FixedStepHMC", "FlatKernel",
     "FlatPotential", "HMC", "MAMS", "MCLMC", "MCMC",
-    "NUTS", "ProximalHMC", "PyroPotential", "RandomWalkMH", "Run", "check_run", "make_potential", "run", "split_mcmc",
+    "NUTS", "ProximalHMC", "PyroPotential", "RandomWalkMH", "Run", "RunConfig", "RunSettings", "check_run",
+    "make_potential", "run", "run_config", "run_settings", "split_mcmc",
     "AdaBound", "AMSBound", "PyroAdaBound", "PyroAMSBound", "MeanFieldGuide", "VIFit", "VIOptions",
     "fit_mean_field", "kl_weights",
     "SGHMC", "SGHMCSA", "SGLD", "SGLDSA", "GroupSparseOptions", "GroupSparseSGHMC", "GroupSparseSGHMCOptimizer",

@@ -34,8 +34,8 @@ def counted(monkeypatch):
     ran, fail = [], set()
     real = study_module.run
 
-    def run(model, data, engine, **kwargs):
-        label = f"{engine} seed={kwargs['seed']}"
+    def run(model, data, engine, **kwargs):  # a cell runs its RunConfig (engine=)
+        label = f"{engine.engine} seed={engine.seed}"
         if label in fail:
             raise RuntimeError(f"{label} failed")
         ran.append(label)

@@ -166,16 +166,17 @@ def _externals(checkpoint, **objects) -> None:
         checkpoint.externals.update(objects)
 
 
-def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
-                    options: dict, chain_method: str = "vectorized", compile: bool | str = False,
-                    checkpoint: Checkpoint | None = None, initial: torch.Tensor | None = None) -> Draws:
-    """Run ``engine.kernel`` (a :class:`~bnnzoo.inference.kernels.base.FlatKernel`) under Pyro's ``MCMC``;
-    ``initial``: ``[C, D]`` initial points (else the kernel draws its own)."""
+def run_flat_kernel(engine, model, x, y, config, checkpoint: Checkpoint | None = None,
+                    initial: torch.Tensor | None = None) -> Draws:
+    """Run ``engine.kernel`` (a :class:`~bnnzoo.inference.kernels.base.FlatKernel`) under Pyro's ``MCMC``,
+    built from ``config.options`` (the run's typed options); ``initial``: ``[C, D]`` initial points (else
+    the kernel draws its own)."""
+    num_samples, warmup_steps, num_chains = config.num_samples, config.warmup_steps, config.num_chains
+    chain_method = config.driver_options.get("chain_method", "vectorized")
+    compile = config.driver_options.get("compile", False)
     vectorized = chain_method == "vectorized"
     potential = make_potential(model, x, y, compile=compile is True)
-    if "chain_method" in engine.kernel.Options.names():
-        options = {**options, "chain_method": chain_method}
-    kernel = engine.kernel(potential=potential, **options)
+    kernel = engine.kernel.from_options(config.options, potential=potential)
     kernel.check_potential(potential)  # before any chain starts
     slow = slow_path_note(model, potential, num_chains if vectorized else 1)
     if slow is not None:
@@ -190,7 +191,8 @@ def run_flat_kernel(engine, model, x, y, num_samples: int, warmup_steps: int, nu
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
                 chain_method=chain_method, transforms=potential.transforms, checkpoint=checkpoint,
                 initial_params=_initial_params(potential, initial, num_chains),
-                **_progress(engine, progress, warmup_steps, num_samples, 1 if vectorized else num_chains))
+                **_progress(engine, config.settings.progress, warmup_steps, num_samples,
+                            1 if vectorized else num_chains))
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)
     draws.notes.update(kernel.notes())
@@ -207,13 +209,14 @@ def _initial_params(potential: FlatPotential, initial: torch.Tensor | None, num_
     return potential.unflatten(initial if num_chains > 1 else initial[0])
 
 
-def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
-                 options: dict, checkpoint: Checkpoint | None = None, initial: torch.Tensor | None = None) -> Draws:
-    """Pyro's NUTS/HMC (bnnzoo's recording subclasses): on the BNN's batched potential when
-    ``fast``, with initial points drawn like bnnzoo's kernels draw theirs. Pyro's chains run in
-    worker processes on the CPU; with a checkpoint, or on a GPU (which a forked worker cannot
+def run_pyro_hmc(engine, model, x, y, config, checkpoint: Checkpoint | None = None,
+                 initial: torch.Tensor | None = None) -> Draws:
+    """Pyro's NUTS/HMC (bnnzoo's recording subclasses) with ``config.options``: on the BNN's batched
+    potential when ``fast``, with initial points drawn like bnnzoo's kernels draw theirs. Pyro's chains
+    run in worker processes on the CPU; with a checkpoint, or on a GPU (which a forked worker cannot
     use), one after another in this process."""
-    opts = engine.kernel.Options(**options)
+    num_samples, warmup_steps, num_chains = config.num_samples, config.warmup_steps, config.num_chains
+    opts = config.options
     kwargs = opts.pyro_kwargs(model)
     if opts.fast:
         potential = BNNPotential(model, x, y)
@@ -229,7 +232,7 @@ def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_c
                 initial_params=initial, transforms=potential.transforms,
                 chain_method="sequential" if checkpoint is not None or x.device.type != "cpu" else "parallel",
                 checkpoint=checkpoint,
-                **_progress(engine, progress, warmup_steps, num_samples, num_chains))
+                **_progress(engine, config.settings.progress, warmup_steps, num_samples, num_chains))
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)
     # each chain's kernel diagnostics (what Pyro's MCMC keeps per chain; its diagnostics() would add R-hat,
@@ -240,8 +243,8 @@ def run_pyro_hmc(engine, model, x, y, num_samples: int, warmup_steps: int, num_c
     return draws
 
 
-def run_vi(engine, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
-           options: dict, checkpoint: Checkpoint | None = None) -> Draws:
-    """Mean-field VI: one independent fit per chain, ``num_samples`` draws from each guide."""
-    opts = engine.options_cls(**options)
-    return sample_mean_field(make_potential(model, x, y), opts, num_samples, num_chains, checkpoint)
+def run_vi(engine, model, x, y, config, checkpoint: Checkpoint | None = None) -> Draws:
+    """Mean-field VI with ``config.options`` (:class:`~bnnzoo.inference.vi.VIOptions`): one independent
+    fit per chain, ``num_samples`` draws from each guide."""
+    return sample_mean_field(make_potential(model, x, y), config.options, config.num_samples, config.num_chains,
+                             checkpoint)

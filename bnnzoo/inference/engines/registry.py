@@ -55,8 +55,9 @@ class Engine:
     options_cls : type
         The options dataclass (a kernel's, or :class:`~bnnzoo.inference.vi.VIOptions`).
     runner : callable
-        ``runner(engine, model, x, y, num_samples, warmup_steps, num_chains, progress, options, **driver)``
-        returning :class:`~bnnzoo.results.Draws`; ``driver`` holds ``checkpoint`` when the run keeps one
+        ``runner(engine, model, x, y, config, **extra)`` returning :class:`~bnnzoo.results.Draws`:
+        ``config`` is the run's :class:`~bnnzoo.inference.engines.config.RunConfig` (counts, the typed
+        ``options``, ``driver_options``, settings), ``extra`` holds ``checkpoint`` when the run keeps one
         and ``initial`` (``[C, D]`` initial points) under an ensemble warm start (MCMC runners take it).
     description : str
     kernel : type, optional
@@ -88,19 +89,23 @@ class Engine:
         docs = {k: docs.get(k, "") for k in self.defaults()}
         return {**docs, **{k: DRIVER_OPTIONS[k][1] for k in self.driver}}
 
-    def check(self, options: dict[str, Any], num_chains: int = 1) -> tuple[dict, dict]:
-        """Validate ``options`` before anything runs: ``(engine options, driver options)``,
-        or a ``ValueError`` naming the engine, the option and the value."""
+    def configure(self, options: dict[str, Any], num_chains: int = 1) -> tuple[Any, dict]:
+        """The engine's typed options from ``options`` (as a run is given them), checked before anything
+        runs: ``(options object, driver options)``, or a ``ValueError`` naming the engine, the option and
+        the value. The object is what the engine's kernel (or fit) is built from: a kernel's holds
+        ``num_chains`` C when its chains are one vectorized batch, else 1, and the driver's
+        ``chain_method`` where the kernel has that option too."""
         unknown = [k for k in options if k not in self.defaults()]
         if unknown:
             hint = suggest(unknown[0], self.options() + list(RUN_ARGUMENTS)) if len(unknown) == 1 else ""
             raise ValueError(f"engine {self.name!r}: unknown option(s) {', '.join(unknown)}{hint}; "
                              f"valid options: {', '.join(self.options()) or '(none)'}")
         driver = {k: options.get(k, DRIVER_OPTIONS[k][0]) for k in self.driver}
+        names = {f.name for f in fields(self.options_cls)}
         own = {k: v for k, v in options.items() if k not in self.driver}
+        own.update({k: v for k, v in driver.items() if k in names})  # a driver option the kernel has as well
         vectorized = driver.get("chain_method", "vectorized") == "vectorized"
-        has_chains = any(f.name == "num_chains" for f in fields(self.options_cls))
-        chains = {"num_chains": num_chains if vectorized else 1} if has_chains else {}
+        chains = {"num_chains": num_chains if vectorized else 1} if "num_chains" in names else {}
         try:
             for k, value in driver.items():
                 DRIVER_OPTIONS[k][2](k, value)
@@ -109,19 +114,21 @@ class Engine:
                 self.kernel.check_chains(opts)
         except (TypeError, ValueError) as err:
             raise ValueError(f"engine {self.name!r}: {err}") from None
-        return own, driver
+        return opts, driver
 
-    def run(self, model, x, y, num_samples: int, warmup_steps: int, num_chains: int, progress: bool,
-            checkpoint=None, initial=None, **options) -> Draws:
-        """Run on ``(x, y)``; ``checkpoint``: a :class:`~bnnzoo.inference.checkpoint.Checkpoint`;
-        ``initial``: the chains' ``[C, D]`` initial points in the potential's flat layout (an ensemble
-        warm start), for the MCMC engines."""
-        own, driver = self.check(options, num_chains)
+    def run(self, model, x, y, config, checkpoint=None, initial=None) -> Draws:
+        """Run on ``(x, y)`` as ``config`` (a :class:`~bnnzoo.inference.engines.config.RunConfig` of this
+        engine) says; ``checkpoint``: a :class:`~bnnzoo.inference.checkpoint.Checkpoint`; ``initial``: the
+        chains' ``[C, D]`` initial points in the potential's flat layout (an ensemble warm start), for the
+        MCMC engines."""
+        if config.engine != self.name:
+            raise ValueError(f"config: a run of engine {config.engine!r}, not {self.name!r}")
+        extra = {}
         if checkpoint is not None:
-            driver["checkpoint"] = checkpoint
+            extra["checkpoint"] = checkpoint
         if initial is not None:
-            driver["initial"] = initial
-        return self.runner(self, model, x, y, num_samples, warmup_steps, num_chains, progress, own, **driver)
+            extra["initial"] = initial
+        return self.runner(self, model, x, y, config, **extra)
 
 
 ENGINES: dict[str, Engine] = {}

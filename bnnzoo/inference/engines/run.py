@@ -13,25 +13,21 @@ from pathlib import Path
 import pyro
 import torch
 
-from ... import validation
 from ...data import Dataset, check_data, load
 from ...data.checks import scale_warning
 from ...models import BNN, zoo
 from ...models.defaults import default_dtype
 from ...models.spec import spec_from
 from ...results import Run
-from ..budget import check_budget_engine, fixed_cost, plan_samples, stage_grad_evals, truncate
+from ..budget import fixed_cost, plan_samples, stage_grad_evals, truncate
 from ..checkpoint import CHECKPOINT_SECONDS, STATE_LAYOUT, Checkpoint, fingerprint
-from ..ensemble import START_KEYS, StartPlan, check_start, fit_members, initial_points, members_cost
+from ..ensemble import fit_members, initial_points, members_cost
 from ..potential import make_potential
-from ..threads import busy_note, check_threads, choose_threads, using_threads, work_per_gradient
-from ..tuning import recommend_target_accept
-from .registry import ENGINES, Engine
+from ..threads import busy_note, choose_threads, using_threads, work_per_gradient
+from .config import COUNTS, RunConfig, resolve_dtype, run_config
+from .registry import Engine
 
-__all__ = ["COUNTS", "check_run", "check_start_of", "resolve", "run"]
-
-#: run-level count -> (minimum, maximum or None); a seed seeds numpy too, whose seeds are 32-bit
-COUNTS = {"num_samples": (1, None), "warmup_steps": (0, None), "num_chains": (1, None), "seed": (0, 2**32 - 1)}
+__all__ = ["COUNTS", "check_run", "resolve", "run"]
 
 
 # ------------------------------------------------------------- helpers
@@ -78,42 +74,12 @@ def resolve(model_or_spec, data, seed: int = 0, dtype=None) -> tuple[BNN, Datase
     return model, data
 
 
-def _recommended_options(spec: Engine, model: BNN, options: dict) -> tuple[dict, dict]:
-    """Fill a ``target_accept`` whose default is None ("recommended for this model")
-    with :func:`~bnnzoo.inference.tuning.recommend_target_accept`, so that the run
-    records the value used; the reason goes to ``Run.notes["target_accept_reason"]``
-    (an attribute of the run's InferenceData)."""
-    if "target_accept" not in spec.defaults() or spec.defaults()["target_accept"] is not None \
-            or options.get("target_accept") is not None:
-        return options, {}
-    recommended = recommend_target_accept(model, spec.name)
-    return {**options, "target_accept": recommended.value}, {"target_accept_reason": recommended.reason}
-
-
 def check_run(engine: str, num_samples: int = 500, warmup_steps: int = 500, num_chains: int | None = None,
               seed: int = 0, **engine_options) -> Engine:
     """Every check :func:`run` makes on its engine, counts, warm start, budget and options, without
-    running anything: a ``ValueError`` naming the field and the value, or the :class:`Engine`."""
-    check_start_of(engine, num_samples, warmup_steps, num_chains, seed, **engine_options)
-    return ENGINES[engine]
-
-
-def check_start_of(engine: str, num_samples: int = 500, warmup_steps: int = 500, num_chains: int | None = None,
-                   seed: int = 0, **engine_options) -> tuple[StartPlan, dict]:
-    """:func:`check_run`, returning the checked warm start (:func:`~bnnzoo.inference.ensemble.check_start`:
-    the chain count resolved) and the engine's own options."""
-    if not isinstance(engine, str) or engine not in ENGINES:
-        raise ValueError(f"engine {engine!r}: unknown engine; choose one of {', '.join(sorted(ENGINES))}")
-    start = {k: engine_options.pop(k) for k in START_KEYS if k in engine_options}
-    plan = check_start(ENGINES[engine], num_chains, **start)
-    counts = {"num_samples": num_samples, "warmup_steps": warmup_steps, "num_chains": plan.num_chains, "seed": seed}
-    for name, value in counts.items():
-        minimum, maximum = COUNTS[name]
-        validation.integer(name, value, minimum, maximum=maximum)
-    if plan.budget is not None:
-        check_budget_engine(ENGINES[engine])
-    ENGINES[engine].check(engine_options, plan.num_chains)
-    return plan, engine_options
+    running anything (:func:`~bnnzoo.inference.engines.config.run_config`): a ``ValueError`` naming the
+    field and the value, or the :class:`Engine`."""
+    return run_config(engine, num_samples, warmup_steps, num_chains, seed, **engine_options).spec
 
 
 def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: dict) -> dict[str, str]:
@@ -126,7 +92,7 @@ def _fingerprint(engine: str, model: BNN, data: Dataset, options: dict, counts: 
                              "y_test": data.y_test})
 
 
-def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmup_steps: int = 500,
+def run(model_or_spec, data, engine: str | RunConfig = "nuts", num_samples: int = 500, warmup_steps: int = 500,
         num_chains: int | None = None, seed: int = 0, progress: bool = True, checkpoint=None, resume: bool = False,
         checkpoint_every: int | None = None, checkpoint_seconds: float | None = CHECKPOINT_SECONDS,
         threads="auto", dtype=None, device=None, member_executor=None, **engine_options) -> Run:
@@ -136,8 +102,10 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     ----------
     model_or_spec : BNN, BNNSpec, dict, zoo name or TOML path
     data : Dataset, dataset name, or ``(x, y)`` / ``(x, y, x_test, y_test)``
-    engine : str
-        A key of :data:`ENGINES`.
+    engine : str or RunConfig
+        A key of :data:`ENGINES`; or a :class:`~bnnzoo.inference.engines.config.RunConfig` (from
+        :func:`~bnnzoo.inference.run_config`), which carries the counts, options and settings of the
+        run: the other keywords (but ``member_executor``) are then left out.
     num_samples, warmup_steps, num_chains : int
         Draws kept per chain (with ``budget``: the most), warm-up steps per chain, chains
         (None: 2, or ``num_members * chains_per_member`` under an ensemble warm start, which a
@@ -186,24 +154,31 @@ def run(model_or_spec, data, engine: str = "nuts", num_samples: int = 500, warmu
     -------
     Run
     """
-    plan, engine_options = check_start_of(engine, num_samples, warmup_steps, num_chains, seed, **engine_options)
-    spec, num_chains = ENGINES[engine], plan.num_chains
-    validation.boolean("resume", resume)
-    validation.boolean("progress", progress)
-    check_threads(threads)
-    if resume and checkpoint is None:
-        raise ValueError("resume=True: give the checkpoint folder to continue from (checkpoint=DIR)")
-    dtype = resolve_dtype(dtype)
-    device = None if device is None else validation.device("device", device)
-    with default_dtype(dtype):
-        return _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chains, seed, progress,
-                    checkpoint, resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options, plan,
-                    member_executor)
+    if isinstance(engine, RunConfig):
+        _only_config(locals(), engine_options)
+        config = engine
+    else:
+        config = run_config(engine, num_samples, warmup_steps, num_chains, seed, progress=progress,
+                            checkpoint=checkpoint, resume=resume, checkpoint_every=checkpoint_every,
+                            checkpoint_seconds=checkpoint_seconds, threads=threads, dtype=dtype, device=device,
+                            **engine_options)
+    with default_dtype(config.settings.dtype):
+        return _run(config, model_or_spec, data, member_executor)
 
 
-def resolve_dtype(dtype) -> torch.dtype | None:
-    """None, or a torch floating dtype from a dtype or its name (``"float64"``)."""
-    return None if dtype is None else validation.float_dtype("dtype", dtype)
+#: run()'s keywords that a RunConfig carries, with their defaults
+_CONFIG_KEYWORDS = {"num_samples": 500, "warmup_steps": 500, "num_chains": None, "seed": 0, "progress": True,
+                    "checkpoint": None, "resume": False, "checkpoint_every": None,
+                    "checkpoint_seconds": CHECKPOINT_SECONDS, "threads": "auto", "dtype": None, "device": None}
+
+
+def _only_config(given: dict, engine_options: dict) -> None:
+    """Refuse run()'s own keywords beside a RunConfig: the config carries them."""
+    extra = [k for k, default in _CONFIG_KEYWORDS.items() if given[k] is not default and given[k] != default]
+    extra += list(engine_options)
+    if extra:
+        raise ValueError(f"{extra[0]}: engine= is a RunConfig, which carries the run's counts, options and "
+                         f"settings; give {extra[0]} to run_config(), not to run()")
 
 
 def _placed(data: Dataset, device: torch.device | None) -> tuple[Dataset, dict]:
@@ -219,37 +194,33 @@ def _placed(data: Dataset, device: torch.device | None) -> tuple[Dataset, dict]:
     return dataclasses.replace(data, **moved), {"cast": "data " + ", ".join(changes)}
 
 
-def _run(spec, engine, model_or_spec, data, num_samples, warmup_steps, num_chains, seed, progress, checkpoint,
-         resume, checkpoint_every, checkpoint_seconds, threads, device, engine_options, plan: StartPlan,
-         member_executor=None) -> Run:
-    """:func:`run` after its argument checks, under the run's default dtype."""
+def _run(config: RunConfig, model_or_spec, data, member_executor=None) -> Run:
+    """:func:`run` after its argument checks (``config``), under the run's default dtype."""
+    settings, plan = config.settings, config.start
     model = _resolve_model(model_or_spec)
-    data, cast = _placed(_resolve_data(data, model, seed), device)
+    data, cast = _placed(_resolve_data(data, model, config.seed), settings.device)
     host = _placed(data, torch.device("cpu"))[0]  # what the Run keeps
     scale = scale_warning(data.x_train, data.y_train, model.task, f"data {data.name!r}")
     if scale is not None:
         warnings.warn(scale, stacklevel=3)
         cast = {**cast, "data_scale": scale}  # a note of the run, as the cast is
-    engine_options, tuning = _recommended_options(spec, model, engine_options)
+    config, tuning = config.for_model(model)
     potential = make_potential(model, data.x_train, data.y_train) if plan.ensemble else None
     member_most = members_cost(potential, plan.num_members, plan.options) if plan.ensemble else 0
     if plan.budget is not None:  # before anything runs
-        num_samples = plan_samples(plan.budget, member_most, warmup_steps, num_chains, num_samples,
-                                   fixed_cost(spec, engine_options))
-    counts = {"num_samples": num_samples, "num_chains": num_chains, "seed": seed}
-    if spec.kind == "mcmc":
-        counts["warmup_steps"] = warmup_steps
-    options = {**counts, **spec.defaults(), **engine_options}
-    if plan.ensemble or plan.budget is not None:
-        options.update(plan.record())
+        planned = plan_samples(plan.budget, member_most, config.warmup_steps, config.num_chains, config.num_samples,
+                               fixed_cost(config.spec, config.engine_options))
+        config = dataclasses.replace(config, num_samples=planned)
+    options = config.record()
+    counts = {"num_samples": config.num_samples, "num_chains": config.num_chains, "seed": config.seed}
+    if config.spec.kind == "mcmc":
+        counts["warmup_steps"] = config.warmup_steps
     store = None
-    if checkpoint is not None:
-        store = Checkpoint(checkpoint, _fingerprint(engine, model, data, options, counts), resume,
-                           checkpoint_every, checkpoint_seconds)
+    if settings.checkpoint is not None:
+        store = Checkpoint(settings.checkpoint, _fingerprint(config.engine, model, data, options, counts),
+                           settings.resume, settings.checkpoint_every, settings.checkpoint_seconds)
     try:
-        return _run_engine(spec, engine, model, data, host, cast, tuning, options, num_samples, warmup_steps,
-                           num_chains, seed, progress, store, threads, engine_options, plan, potential,
-                           member_executor)
+        return _run_engine(config, model, data, host, cast, tuning, options, store, potential, member_executor)
     finally:
         if store is not None:
             store.close()
@@ -264,10 +235,12 @@ def _resumed_note(store: Checkpoint, wall: float) -> dict:
                        f"{store.segments} segments, {wall:.1f} s in all"}
 
 
-def _run_engine(spec, engine, model, data, host, cast, tuning, options, num_samples, warmup_steps, num_chains,
-                seed, progress, store, threads, engine_options, plan: StartPlan, potential=None,
+def _run_engine(config: RunConfig, model, data, host, cast, tuning, options, store, potential=None,
                 member_executor=None) -> Run:
     """The engine's run (or its finished result from ``store``) once the checkpoint is open."""
+    spec, engine, plan = config.spec, config.engine, config.start
+    seed, num_chains, progress, threads = config.seed, config.num_chains, config.settings.progress, \
+        config.settings.threads
     if store is not None:
         done = store.finished()
         if done is not None:
@@ -296,8 +269,7 @@ def _run_engine(spec, engine, model, data, host, cast, tuning, options, num_samp
             initial = initial_points(potential, members, plan.chains_per_member, plan.options.jitter, seed)
             member_seconds = time.perf_counter() - start
             pyro.set_rng_seed(int(seed))  # the sampler's draws do not depend on the members' use of the RNG
-        draws = spec.run(model, data.x_train, data.y_train, num_samples, warmup_steps, num_chains, progress,
-                         checkpoint=store, initial=initial, **engine_options)
+        draws = spec.run(model, data.x_train, data.y_train, config, checkpoint=store, initial=initial)
         wall = time.perf_counter() - start
     member_evals = sum(m.grad_evals for m in members) if members else 0
     if plan.budget is not None:

@@ -102,9 +102,25 @@ class FlatKernel(MCMCKernel):
 
     def __init__(self, model: Callable | None = None, potential: FlatPotential | None = None,
                  device: torch.device | str | None = None, dtype: torch.dtype | str | None = None, **options):
+        self._init(model, potential, device, dtype, self.Options.build(type(self).__name__, options))
+
+    @classmethod
+    def from_options(cls, options: Options, model: Callable | None = None, potential: FlatPotential | None = None,
+                     device: torch.device | str | None = None, dtype: torch.dtype | str | None = None) -> "FlatKernel":
+        """The kernel with ``options``, an instance of its :attr:`Options` that is already built (and so
+        checked): the engine layer builds a run's options once (``RunConfig.options``) and hands the
+        object over whole. Otherwise as the constructor."""
+        if type(options) is not cls.Options:
+            raise TypeError(f"options: expected {cls.__name__}.Options ({cls.Options.__name__}), "
+                            f"got {type(options).__name__}")
+        kernel = cls.__new__(cls)
+        kernel._init(model, potential, device, dtype, options)
+        return kernel
+
+    def _init(self, model, potential, device, dtype, options: Options) -> None:
         if model is None and potential is None:
             raise ValueError("give a model or a potential")
-        self.options = self.Options.build(type(self).__name__, options)
+        self.options = options
         self.device = None if device is None else validation.device("device", device)
         self.dtype = None if dtype is None else validation.float_dtype("dtype", dtype)
         if potential is not None and (device, dtype) != (None, None):

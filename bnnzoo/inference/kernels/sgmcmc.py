@@ -339,6 +339,9 @@ class SGMCMCKernel(FlatKernel):
 
     def __init__(self, model=None, potential=None, **options):
         super().__init__(model, potential, **options)
+
+    def _init(self, model, potential, device, dtype, options) -> None:
+        super()._init(model, potential, device, dtype, options)
         self.resolved = self.options  # the options with every "auto" replaced by its value, from prepare() on
         self.auto_values: dict = {}
         self.schedule = self.options.step_schedule()
