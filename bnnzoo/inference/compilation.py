@@ -211,7 +211,8 @@ class AutoCompile:
         self._steps = []
 
     def _compile(self) -> None:
-        self.potential.compile = self.potential.compile_fallback = self.compiled = True
+        self.potential.graphs.fallback = True  # a compile that fails warns and goes on eagerly
+        self.potential.compile = self.compiled = True
 
     def finish(self) -> None:
         """After the run (nothing to record: no later decision depends on this one)."""
