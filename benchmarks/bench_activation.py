@@ -29,7 +29,7 @@ from common import machine, markdown_table, time_call, write_results  # noqa: E4
 
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.inference.potential import BNNPotential, initial_theta  # noqa: E402
-from bnnzoo.inference.potential.analytic import UNROLL, unroll_step_sizes  # noqa: E402
+from bnnzoo.inference.compiled_graphs import UNROLL, unroll_step_sizes  # noqa: E402
 from bnnzoo.models import BNN, zoo  # noqa: E402
 
 CHAINS = 8
@@ -48,7 +48,7 @@ def leapfrog_step(activation: str):
     p, inv_mass = torch.randn_like(theta), torch.ones(theta.shape[-1])
     high, low = torch.full((CHAINS,), -1e30), torch.full((CHAINS,), 1e30)
     sizes = unroll_step_sizes(1e-3, theta)
-    return lambda: potential.leapfrog_steps(theta, p, grad, sizes, inv_mass, high, low)
+    return lambda: potential.graphs.leapfrog_steps(theta, p, grad, sizes, inv_mass, high, low)
 
 
 def main(argv=None) -> None:

@@ -16,17 +16,21 @@ one intra-op thread:
 ``--compiled`` times the compiled path instead: one call of the ``torch.compile`` graph of one
 leapfrog step (``BNNPotential(compile=True).leapfrog_step``, which every version since the compile
 commit has), with 8, 16 and 32 chains, on one and on two intra-op threads, after the graph's compile
-(not timed).
+(not timed); and ``run(engine="chees", compile=True)`` as above (8 chains, one thread), wall time per
+leapfrog step of a second run in the process (the first compiles; the second's compile seconds, if
+any, are left out).
 
 Reports the median over rounds of each tree and their ratio. ``--device cuda``: the data, and so
 every tree's computation, on the GPU. Usage:
-``python benchmarks/bench_hot_path.py [--against REV] [--rounds 5] [--device cpu] [--compiled]``;
-writes ``benchmarks/results/hot_path.{json,md}`` (``--compiled``: ``hot_path_compiled.{json,md}``).
+``python benchmarks/bench_hot_path.py [--against REV] [--rounds 5] [--device cpu] [--compiled] [--name NAME]``;
+writes ``benchmarks/results/hot_path.{json,md}`` (``--compiled``: ``hot_path_compiled.{json,md}``; ``--name``:
+``NAME.{json,md}``, for a measurement that other pages' numbers must not replace).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -97,9 +101,10 @@ METRICS = ("value_and_grad", "leapfrog_step", "fixed_hmc transition", "chees run
 
 # The compiled step: each tree's own inductor cache (a graph of the other tree's code is not reused).
 PROBE_COMPILED = r"""
-import json, sys, time
+import dataclasses, json, sys, time
 import numpy as np, pyro, torch
 from bnnzoo.data import load
+from bnnzoo.inference import run
 from bnnzoo.inference.potential import BNNPotential, initial_theta
 from bnnzoo.models import BNN, zoo
 
@@ -127,11 +132,22 @@ for threads in (1, 2):
                 torch.cuda.synchronize()
             best.append((time.perf_counter() - start) / 200)
         out[f"compiled step, {chains} chains, {threads} thread{'s' if threads > 1 else ''}"] = float(np.median(best))
+torch.set_num_threads(1)
+data = dataclasses.replace(data, **{f: getattr(data, f).to(DEVICE) for f in ("x_train", "y_train", "x_test", "y_test")})
+model = BNN(zoo.cosine_mlp())
+for _ in range(2):  # the first run compiles its graphs, the second is timed
+    start = time.perf_counter()
+    r = run(model, data, engine="chees", num_samples=100, warmup_steps=100, num_chains=8, seed=0, compile=True)
+    wall = time.perf_counter() - start - (r.compile_seconds or 0.0)
+warm = getattr(r, "warmup_sample_stats", None) or r.extras["warmup_sample_stats"]  # older Runs: extras
+steps = float(r.sample_stats["n_steps"][0].sum()) + float(warm["n_steps"][0].sum())
+out["chees run, compile=True"] = wall / steps
+out["chees run, compile=True, compile seconds of the timed run"] = float(r.compile_seconds or 0.0)
 print(json.dumps(out))
 """
 
 COMPILED_METRICS = tuple(f"compiled step, {c} chains, {t} thread{'s' if t > 1 else ''}"
-                         for t in (1, 2) for c in (8, 16, 32))
+                         for t in (1, 2) for c in (8, 16, 32)) + ("chees run, compile=True",)
 
 
 def probe(tree: Path, device: torch.device, compiled: bool = False) -> dict:
@@ -147,12 +163,16 @@ def main(argv=None):
     parser.add_argument("--against", default="HEAD~1", help="the commit to compare with (default HEAD~1)")
     parser.add_argument("--rounds", type=int, default=5, help="alternating measurements of each tree")
     parser.add_argument("--compiled", action="store_true",
-                        help="time the compiled leapfrog step (8/16/32 chains, 1 and 2 threads) instead")
+                        help="time the compiled leapfrog step (8/16/32 chains, 1 and 2 threads) and a compiled "
+                             "ChEES run instead")
+    parser.add_argument("--name", default=None,
+                        help="the results' file name in benchmarks/results (default hot_path or hot_path_compiled)")
     add_device_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # what the probes use; machine() reports it
     rev = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
+    load_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / "old"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), rev], cwd=ROOT, check=True)
@@ -167,10 +187,15 @@ def main(argv=None):
         rows.append({"metric": metric + " (us)", f"old {rev}": old_s * 1e6, "new": new_s * 1e6,
                      "median new/old": ratio})
     table = markdown_table(rows, ["metric", f"old {rev}", "new", "median new/old"])
+    load = {"start": load_start, "end": os.getloadavg()}
+    start, end = (", ".join(f"{x:.1f}" for x in load[k]) for k in ("start", "end"))
+    table += (f"\n\n{args.rounds} alternating rounds; the machine's load average (1, 5, 15 min) was {start} "
+              f"at the start, {end} at the end.")
     payload = {"machine": machine(args.device), "against": rev, "rounds": args.rounds, "runs": runs, "rows": rows,
+               "load_average": load,
                "settings": {"threads": "1 and 2" if args.compiled else 1,
                             "chains": [8, 16, 32] if args.compiled else 8, "model": "cosine_mlp"}}
-    write_results("hot_path_compiled" if args.compiled else "hot_path", payload, table)
+    write_results(args.name or ("hot_path_compiled" if args.compiled else "hot_path"), payload, table)
     print(table)
 
 

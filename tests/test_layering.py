@@ -192,3 +192,41 @@ def test_layer_table_covers_every_module():
     assert not stale, f"LAYERS names modules that do not exist: {stale}"
     for module in MODULES:
         layer(module)
+
+
+#: inside bnnzoo.inference, the potential holds mathematics and the runtime layer runs it
+#: (docs/architecture.md, "The runtime layer"): the modules that choose or drive how it runs ...
+RUNNERS = ("bnnzoo.inference.runtime", "bnnzoo.inference.kernels", "bnnzoo.inference.engines",
+           "bnnzoo.inference.mcmc", "bnnzoo.inference.vi", "bnnzoo.inference.checkpoint")
+#: ... and the runtime's services, which run what they are given (threads, compile="auto", the
+#: potential's torch.compile graphs, CUDA graphs)
+RUNTIME_SERVICES = ("bnnzoo.inference.threads", "bnnzoo.inference.compilation", "bnnzoo.inference.compiled_graphs",
+                    "bnnzoo.inference.cuda_graphs")
+#: importer (a module or a package) -> what it never imports
+INFERENCE_NEVER = {
+    "bnnzoo.inference.potential": RUNNERS,
+    **{service: ("bnnzoo.inference.potential",) + RUNNERS for service in RUNTIME_SERVICES},
+    "bnnzoo.inference.runtime": ("bnnzoo.inference.potential",) + RUNNERS[1:],
+}
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+@pytest.mark.parametrize("importer", sorted(INFERENCE_NEVER))
+def test_the_potential_and_the_runtime_import_nothing_that_runs_them(importer):
+    """The potential imports no runtime chooser, kernel or engine; the runtime's services and its
+    chooser import no potential (potentials come in as arguments), kernel or engine."""
+    modules = [m for m in MODULES if _within(m, importer)]
+    assert modules, f"{importer}: no such module"
+    bad = [edge for m in modules for edge in imports_of(m) for target in _with_packages(edge.target)
+           if any(_within(target, never) for never in INFERENCE_NEVER[importer])]
+    assert not bad, f"{importer} imports what runs it:\n" + "\n".join(f"  {edge}" for edge in bad)
+
+
+def test_the_runtime_runs_the_potential_through_its_compiled_graphs():
+    # the scan above sees these edges: the rule is not vacuous
+    assert "bnnzoo.inference.compiled_graphs" in {e.target for e in imports_of("bnnzoo.inference.runtime")}
+    assert "bnnzoo.inference.compiled_graphs" in {e.target for e in imports_of("bnnzoo.inference.potential.bnn")}
+    assert "bnnzoo.inference.runtime" in {e.target for e in imports_of("bnnzoo.inference.kernels.hmc")}

@@ -2,7 +2,8 @@ r"""``compile="auto"``: compile the potential when the rest of the run pays the 
 
 The batched HMC kernels (``chees``, ``batched_nuts``, ``fixed_hmc``, ``proximal_hmc``) can run the
 full-data gradient and the leapfrog step as ``torch.compile`` graphs
-(:class:`~bnnzoo.inference.potential.BNNPotential` with ``compile=True``): 2.3 to 3.1x
+(:class:`~bnnzoo.inference.potential.BNNPotential` with ``compile=True``, its graphs those of
+:mod:`~bnnzoo.inference.compiled_graphs`): 2.3 to 3.1x
 faster per step on the networks of ``benchmarks/results/gradient.md``, for a compile of
 about 10-13 s with an empty inductor cache and 3-9 s once inductor is set up. A compiled graph
 rounds differently from the eager code, so whether a run compiles changes the last bits of its
@@ -211,7 +212,8 @@ class AutoCompile:
         self._steps = []
 
     def _compile(self) -> None:
-        self.potential.compile = self.potential.compile_fallback = self.compiled = True
+        self.potential.graphs.fallback = True  # a compile that fails warns and goes on eagerly
+        self.potential.compile = self.compiled = True
 
     def finish(self) -> None:
         """After the run (nothing to record: no later decision depends on this one)."""

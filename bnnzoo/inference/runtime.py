@@ -8,8 +8,9 @@ in one of three ways:
   step count for all chains: each step one replay of a captured graph
   (:class:`~bnnzoo.inference.cuda_graphs.GraphedLeapfrog`; ``BNNZOO_CUDA_GRAPHS=0`` turns it off);
 * **compiled**: a potential running compiled (``potential.compile``) whose own step the kernel uses,
-  one step count for all chains: the potential's four-step ``torch.compile`` graph
-  (:data:`~bnnzoo.inference.potential.analytic.UNROLL` steps a call, the last call padded with steps
+  one step count for all chains: the four-step ``torch.compile`` graph of the potential's mathematics
+  (``potential.graphs``, :class:`~bnnzoo.inference.compiled_graphs.CompiledGraphs`;
+  :data:`~bnnzoo.inference.compiled_graphs.UNROLL` steps a call, the last call padded with steps
   of size 0);
 * **eager**: :func:`~bnnzoo.inference.integrators.leapfrog`, one step at a time (per-chain step counts,
   a kernel's own step such as proximal HMC's, a Pyro model).
@@ -31,8 +32,8 @@ import torch
 
 from . import cuda_graphs
 from .cuda_graphs import GraphedLeapfrog
+from .compiled_graphs import UNROLL, unroll_step_sizes
 from .integrators import EnergyTracker, leapfrog
-from .potential.analytic import UNROLL, unroll_step_sizes
 
 __all__ = ["LeapfrogRuntime"]
 
@@ -95,15 +96,17 @@ class LeapfrogRuntime:
 
     @staticmethod
     def _unrolled(potential, theta, p, grad, step, num_steps, inv_mass, tracker):
-        """``num_steps`` steps as calls of the potential's compiled ``leapfrog_steps``, UNROLL steps each,
-        the last call padded with steps of size 0 (:func:`~bnnzoo.inference.potential.analytic.unroll_step_sizes`):
+        """``num_steps`` steps as calls of the potential's compiled ``leapfrog_steps`` graph
+        (:meth:`~bnnzoo.inference.compiled_graphs.CompiledGraphs.leapfrog_steps`), UNROLL steps each, the
+        last call padded with steps of size 0 (:func:`~bnnzoo.inference.compiled_graphs.unroll_step_sizes`):
         the trajectory of :func:`~bnnzoo.inference.integrators.leapfrog`, on one graph."""
         blocks, rest = divmod(num_steps, UNROLL)
         high, low = tracker.bounds() if tracker is not None else (grad.new_zeros(len(grad)), grad.new_zeros(len(grad)))
         full = [unroll_step_sizes(step, theta)] * blocks if blocks else []
         last = [unroll_step_sizes(step, theta, rest)] if rest else []
+        steps = potential.graphs.leapfrog_steps
         for sizes in full + last:
-            theta, p, value, grad, high, low = potential.leapfrog_steps(theta, p, grad, sizes, inv_mass, high, low)
+            theta, p, value, grad, high, low = steps(theta, p, grad, sizes, inv_mass, high, low)
         if tracker is not None:
             tracker.set_bounds(high, low)
         return theta, p, value, grad

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from bnnzoo.data import load
-from bnnzoo.inference import compilation, run
+from bnnzoo.inference import compilation, compiled_graphs, run
 from bnnzoo.inference.compilation import AutoCompile, check_compile, pays_back
+from bnnzoo.inference.compiled_graphs import CompiledGraphs
 from bnnzoo.inference.kernels import ChEESHMC
 from bnnzoo.inference.runtime import LeapfrogRuntime
-from bnnzoo.inference.potential import BNNPotential, analytic
+from bnnzoo.inference.potential import BNNPotential
 from bnnzoo.models import BNN, zoo
 from tests.support.cases import needs_compiler
 
@@ -90,7 +91,7 @@ def test_the_decision_is_the_same_whatever_ran_before(unclocked):
         potential = cosine_potential()
         policy = AutoCompile(potential, total_iterations=200_000, decide_at=11)
         drive(policy, 20, steps=50)
-        potential.compile_seconds = 3.0  # a compile happened: it changes nothing for the next run
+        potential.graphs.compile_seconds = 3.0  # a compile happened: it changes nothing for the next run
         policy.finish()
         notes.append(policy.note())
     assert notes[0] == notes[1] and notes[0].startswith("auto: compiled at iteration 11")
@@ -181,7 +182,7 @@ def test_a_failed_compile_goes_on_eagerly(monkeypatch):
     def broken(name):
         raise RuntimeError("no inductor today")
 
-    monkeypatch.setattr("bnnzoo.inference.potential.analytic._compiled", broken)
+    monkeypatch.setattr(compiled_graphs, "compiled", broken)
     with pytest.warns(UserWarning, match="compile='auto': torch.compile of the potential's .* failed"):
         r = run("cosine_mlp", "cosine", engine="fixed_hmc", num_samples=20, warmup_steps=0, num_chains=2,
                 num_steps=3, progress=False)
@@ -196,13 +197,13 @@ def test_every_compile_uses_the_persistent_inductor_cache_unless_one_is_chosen(t
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / str(chosen)))  # restored afterwards
     if chosen is None:
         monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
-    monkeypatch.setattr("bnnzoo.inference.potential.analytic._compiled",
+    monkeypatch.setattr(compiled_graphs, "compiled",
                         lambda name: lambda potential, *args: getattr(potential, name)(*args))
     data = load("cosine", seed=0)
     potential = BNNPotential(BNN(zoo.cosine_mlp(hidden=4)), data.x_train, data.y_train, compile=True)
     potential.compile = False  # the graph stand-in above runs the eager method
     for _ in range(2):  # value_and_grad's first call runs eagerly, the second compiles
-        potential._run_compiled("value_and_grad", torch.zeros(2, potential.dim))
+        potential.graphs.run("value_and_grad", torch.zeros(2, potential.dim))
     want = tmp_path / "cache" / "inductor" if chosen is None else tmp_path / chosen
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(want)
 
@@ -222,28 +223,28 @@ def test_the_projection_uses_the_mean_steps_of_the_probe(unclocked):
 
 @needs_compiler
 def test_compiled_trajectories_run_unrolled_and_draw_what_single_steps_draw(monkeypatch):
-    """A compiled run's trajectories go through ``leapfrog_steps`` alone (UNROLL steps a call, the
+    """A compiled run's trajectories go through the ``leapfrog_steps`` graph alone (UNROLL steps a call, the
     last call padded with steps of size 0; no one-step graph is compiled) and give the draws of the
     single-step compiled graph."""
     options = dict(engine="fixed_hmc", num_chains=4, num_samples=6, warmup_steps=2, seed=1, progress=False,
                    compile=True, step_size=2e-3, num_steps=10)  # 10 = 2 calls of 4 + a call of 2 and 2 padding
     calls = []
-    original = BNNPotential.leapfrog_steps
+    original = CompiledGraphs.leapfrog_steps
 
     def counted(self, *args):
         calls.append(1)
         return original(self, *args)
 
     graphs = set()
-    run_compiled = BNNPotential._run_compiled
+    run_compiled = CompiledGraphs.run
 
     def named(self, name, *args):
         out = run_compiled(self, name, *args)
-        graphs.update(key[0] for key in self._compiled_keys)  # the graphs compiled so far
+        graphs.update(key[0] for key in self.keys)  # the graphs compiled so far
         return out
 
-    monkeypatch.setattr(BNNPotential, "leapfrog_steps", counted)
-    monkeypatch.setattr(BNNPotential, "_run_compiled", named)
+    monkeypatch.setattr(CompiledGraphs, "leapfrog_steps", counted)
+    monkeypatch.setattr(CompiledGraphs, "run", named)
     data = load("cosine", n_train=20, n_test=10)
     unrolled = run(zoo.cosine_mlp(hidden=5), data, **options)
     assert len(calls) == 3 * 8  # three per transition, 8 transitions
@@ -266,18 +267,18 @@ def test_a_compiled_chees_run_compiles_the_four_step_graph_alone(monkeypatch):
     """The step-size search (one step), the trajectories and the U-turn time at each mass update
     (four steps at a time) all run on ``leapfrog_steps``."""
     graphs, uturns = set(), []
-    run_compiled, u_turn_time = BNNPotential._run_compiled, ChEESHMC.u_turn_time
+    run_compiled, u_turn_time = CompiledGraphs.run, ChEESHMC.u_turn_time
 
     def named(self, name, *args):
         out = run_compiled(self, name, *args)
-        graphs.update(key[0] for key in self._compiled_keys)
+        graphs.update(key[0] for key in self.keys)
         return out
 
     def counted(self, *args, **kwargs):
         uturns.append(u_turn_time(self, *args, **kwargs))
         return uturns[-1]
 
-    monkeypatch.setattr(BNNPotential, "_run_compiled", named)
+    monkeypatch.setattr(CompiledGraphs, "run", named)
     monkeypatch.setattr(ChEESHMC, "u_turn_time", counted)
     data = load("cosine", n_train=20, n_test=10)
     r = run(zoo.cosine_mlp(hidden=5), data, engine="chees", num_chains=4, num_samples=5, warmup_steps=40, seed=0,
@@ -326,17 +327,17 @@ def test_the_gradient_graph_called_once_is_not_compiled(monkeypatch):
     def fake_compiled(name):
         def graph(potential, *args):
             compiled.append(name)
-            return analytic.GRAPHS[name](potential, *args)
+            return compiled_graphs.GRAPHS[name](potential, *args)
         return graph
 
-    monkeypatch.setattr(analytic, "_compiled", fake_compiled)
+    monkeypatch.setattr(compiled_graphs, "compiled", fake_compiled)
     potential = cosine_potential()
     potential.compile = True
     theta = torch.randn(3, potential.dim, generator=torch.Generator().manual_seed(0))
     first = potential.value_and_grad(theta)
-    assert compiled == [] and potential._compiled_keys == set()
+    assert compiled == [] and potential.graphs.keys == set()
     second = potential.value_and_grad(theta)
-    assert compiled == ["value_and_grad"] and len(potential._compiled_keys) == 1
+    assert compiled == ["value_and_grad"] and len(potential.graphs.keys) == 1
     eager = potential._analytic_value_and_grad(theta, potential._x, potential._target, 1.0)
     graph = potential._analytic_value_and_grad(theta, potential._x, potential._target, 1.0, graph=True)
     for a, b, c, d in zip(first, second, eager, graph):

@@ -149,7 +149,7 @@ class ChEESHMC(FixedStepHMC):
         momentum, the current mass, ``step_size`` or the current one) first turns back,
         :math:`(\theta_t - \theta_0)^\top M^{-1} p_t < 0` (the no-U-turn criterion),
         capped at ``max_steps`` steps (default ``max_leapfrog_steps``). The criterion is
-        checked after every step, or after every :data:`~bnnzoo.inference.potential.analytic.UNROLL`
+        checked after every step, or after every :data:`~bnnzoo.inference.compiled_graphs.UNROLL`
         where trajectories run the potential's compiled multi-step graph (a one-step graph
         compiled for this estimate alone would cost more than it saves).
 

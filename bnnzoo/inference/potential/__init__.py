@@ -17,9 +17,11 @@ Both expose the same interface (:class:`FlatPotential`), plus ``potential_fn``,
 a dict-in/scalar-out function that Pyro's ``HMC``/``NUTS`` accept.
 
 Modules: :mod:`.base` (the flat layout, :func:`initial_theta`), :mod:`.bnn`
-(:class:`BNNPotential`), :mod:`.analytic` (its hand-written backward pass and
-``torch.compile`` graphs), :mod:`.pyro_model` (:class:`PyroPotential`). The
-priors' L1 weights live in :mod:`bnnzoo.models.l1` (re-exported here).
+(:class:`BNNPotential`), :mod:`.analytic` (its hand-written backward pass, eagerly
+and in the formulation a ``torch.compile`` graph traces), :mod:`.pyro_model` (:class:`PyroPotential`).
+The priors' L1 weights live in :mod:`bnnzoo.models.l1` (re-exported here). A potential holds
+mathematics only: its graphs are compiled and run by :mod:`bnnzoo.inference.compiled_graphs`,
+and how a kernel's steps run is chosen by :mod:`bnnzoo.inference.runtime`.
 """
 
 from __future__ import annotations

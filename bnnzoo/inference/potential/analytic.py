@@ -1,30 +1,29 @@
-"""The analytic gradient of a Dense BNN and its ``torch.compile`` graphs.
+"""The analytic gradient of a Dense BNN, eagerly and as a ``torch.compile`` graph traces it.
 
 * :func:`dense_value_and_grads`: forward and hand-written backward pass of a
   Dense network, with the activations' derivatives from their table
   (:data:`~bnnzoo.models.activations.ACTIVATION_TABLE`) and the loss each likelihood carries
-  (:meth:`~bnnzoo.models.likelihoods.Likelihood.analytic`);
+  (:meth:`~bnnzoo.models.likelihoods.Likelihood.analytic`); :func:`_dense_feature_major`, the same
+  in the layout a graph is fastest in;
 * :class:`AnalyticMixin`: the part of :class:`~bnnzoo.inference.potential.BNNPotential`
-  that uses them (whether the model qualifies, the value and gradient on a
-  flat ``theta``, and the compiled graphs of the full-data value-and-gradient
-  and leapfrog step, made once per process by :func:`_compiled`).
+  that uses them (whether the model qualifies, and the value and gradient on a flat ``theta``,
+  in either formulation).
+
+Mathematics only: the graphs are compiled, cached and run by the runtime layer
+(:mod:`bnnzoo.inference.compiled_graphs`), which traces
+:meth:`AnalyticMixin.graph_value_and_grad`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
-import time
-import warnings
 
 import torch
 
 from ...models.activations import ACTIVATION_FUNCTIONS, ACTIVATION_TABLE
 from ...models.priors import Gaussian
 from ...models.spec import Dense
-from ..compilation import use_persistent_inductor_cache
-from ..integrators import kinetic_energy, leapfrog_step
 
 Tensor = torch.Tensor
 
@@ -167,8 +166,9 @@ class AnalyticMixin:
     """The analytic path of :class:`~bnnzoo.inference.potential.BNNPotential`
     (its methods use the potential's model, data, layout and prior segments):
     :meth:`_analytic_plan` decides whether the model qualifies and prepares what
-    the path needs, :meth:`_analytic_value_and_grad` evaluates it, and
-    :meth:`_run_compiled` calls its compiled graphs."""
+    the path needs, :meth:`_analytic_value_and_grad` evaluates it (on the full data:
+    :meth:`analytic_value_and_grad`, and :meth:`graph_value_and_grad`, the function the runtime
+    compiles)."""
 
     def _analytic_plan(self):
         """What the analytic path needs, or None when the model does not qualify (then
@@ -276,6 +276,15 @@ class AnalyticMixin:
             value = value + self._constant
         return (value, grad) if theta.dim() == 2 else (value.reshape(batch), grad.reshape(theta.shape))
 
+    def analytic_value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """``U`` and ``dU/dtheta`` on the full data, eagerly."""
+        return self._analytic_value_and_grad(theta, self._x, self._target, 1.0)
+
+    def graph_value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """``U`` and ``dU/dtheta`` on the full data in the formulation a ``torch.compile`` graph traces
+        (:func:`_dense_feature_major`): what :mod:`bnnzoo.inference.compiled_graphs` compiles."""
+        return self._analytic_value_and_grad(theta, self._x, self._target, 1.0, graph=True)
+
     def _flat_shapes(self, chains: int) -> list[tuple[int, ...]]:
         """Each site's shape with the chains in front, a bias as ``[C, 1, out]`` (what ``baddbmm`` adds)."""
         shapes = self._flat_shape_cache.get(chains)
@@ -283,94 +292,3 @@ class AnalyticMixin:
             shapes = self._flat_shape_cache[chains] = [(chains,) + (s if len(s) == 2 else (1,) + s)
                                                        for s in self._shapes]
         return shapes
-
-    def _run_compiled(self, name: str, *args: Tensor):
-        # torch.Size is hashable: no copies on the hot path. The thread count is in the key because
-        # dynamo's guards are: a new count compiles anew (so it must go through the branch below)
-        key = (name, torch.get_num_threads(), *(a.shape for a in args))
-        if key in self._compiled_keys:
-            return _compiled(name)(self, *args)
-        if name == "value_and_grad" and key not in self._called_once:
-            # a kernel that steps with the leapfrog graphs calls this one once a run (ChEES's first
-            # gradient), not worth a second of compiling: its first call runs eagerly
-            self._called_once.add(key)
-            return self._analytic_value_and_grad(args[0], self._x, self._target, 1.0)
-        use_persistent_inductor_cache()  # compile=True too, before torch settles on /tmp's
-        start = time.perf_counter()
-        try:
-            # the graphs are shared by every potential of the process, and dynamo keeps at most
-            # recompile_limit (8) variants of one function before it runs it eagerly, silently: one
-            # process sampling nine networks would run the ninth uncompiled, 5x slower
-            with torch._dynamo.config.patch(recompile_limit=max(RECOMPILE_LIMIT, torch._dynamo.config.recompile_limit)):
-                out = _compiled(name)(self, *args)
-        except Exception as err:
-            if not self.compile_fallback:
-                raise RuntimeError(f"compile=True: torch.compile of the potential's {name} failed "
-                                   f"({type(err).__name__}: {err}); run with compile=False") from err
-            warnings.warn(f"compile='auto': torch.compile of the potential's {name} failed "
-                          f"({type(err).__name__}: {err}); running eagerly")
-            self.compile = False
-            return getattr(self, name)(*args)
-        self.compile_seconds += time.perf_counter() - start
-        self._compiled_keys.add(key)
-        return out
-
-
-def _value_and_grad_graph(potential: AnalyticMixin, theta: Tensor) -> tuple[Tensor, Tensor]:
-    return potential._analytic_value_and_grad(theta, potential._x, potential._target, 1.0, graph=True)
-
-
-def _leapfrog_step_graph(potential: AnalyticMixin, theta, p, grad, step_size, inv_mass):
-    return leapfrog_step(theta, p, grad, step_size, inv_mass, lambda t: _value_and_grad_graph(potential, t),
-                         fused=False)
-
-
-#: leapfrog steps one call of the compiled ``leapfrog_steps`` graph runs: a call's Python and
-#: dispatch cost (tens of microseconds, as much as a small network's step) is paid once for them
-UNROLL = 4
-
-
-def unroll_step_sizes(step_size: float | Tensor, like: Tensor, num_steps: int = UNROLL) -> Tensor:
-    """The step sizes of one call of the compiled ``leapfrog_steps`` graph, ``[UNROLL, *step_size.shape]``:
-    ``step_size`` for the first ``num_steps`` (1 to :data:`UNROLL`) and 0 for the rest. A leapfrog step
-    of size 0 leaves ``theta`` and ``p`` as they are (and recomputes the same ``U`` and gradient), so a
-    trajectory of any length runs on this one graph, its last call padded with such steps: a kernel
-    needs no one-step graph beside it, and a first compile of a network costs about a quarter less."""
-    if not 1 <= num_steps <= UNROLL:
-        raise ValueError(f"num_steps must be in 1..{UNROLL}, got {num_steps!r}")
-    step = torch.as_tensor(step_size, dtype=like.dtype, device=like.device)
-    weights = torch.zeros((UNROLL,) + (1,) * step.dim(), dtype=like.dtype, device=like.device)
-    weights[:num_steps] = 1.0
-    return weights * step
-
-
-def leapfrog_steps(step, theta, p, grad, step_sizes, inv_mass, high, low):
-    """:data:`UNROLL` leapfrog steps ``step(theta, p, grad, step_size, inv_mass)``, step ``k`` of
-    size ``step_sizes[k]`` (:func:`unroll_step_sizes`), and the running highest and lowest energy
-    over them (:class:`~bnnzoo.inference.integrators.EnergyTracker`'s update; NaN propagates)."""
-    for k in range(UNROLL):
-        theta, p, value, grad = step(theta, p, grad, step_sizes[k], inv_mass)
-        energy = value + kinetic_energy(p, inv_mass)
-        high, low = torch.maximum(high, energy), torch.minimum(low, energy)
-    return theta, p, value, grad, high, low
-
-
-def _leapfrog_steps_graph(potential: AnalyticMixin, theta, p, grad, step_sizes, inv_mass, high, low):
-    step = functools.partial(_leapfrog_step_graph, potential)
-    return leapfrog_steps(step, theta, p, grad, step_sizes, inv_mass, high, low)
-
-
-#: the functions :func:`_compiled` compiles, by name
-GRAPHS = {"value_and_grad": _value_and_grad_graph, "leapfrog_step": _leapfrog_step_graph,
-          "leapfrog_steps": _leapfrog_steps_graph}
-
-#: variants (networks, shapes, thread counts) of each compiled graph one process may hold
-RECOMPILE_LIMIT = 128
-
-
-@functools.cache
-def _compiled(name: str):
-    """The compiled graph functions, made once per process: the potential is an argument,
-    so a new potential of the same network (same shapes, priors and likelihood) reuses
-    the graph; dynamo's guards recompile when they differ."""
-    return torch.compile(GRAPHS[name], dynamic=False)

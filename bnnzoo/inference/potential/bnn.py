@@ -15,7 +15,8 @@ from ... import validation
 from ...models.bnn import BNN
 from ...models.l1 import prior_l1_weight
 from ...models.priors import Gaussian
-from .analytic import ACTIVATION_BACKWARD, AnalyticMixin, leapfrog_steps
+from ..compiled_graphs import CompiledGraphs
+from .analytic import ACTIVATION_BACKWARD, AnalyticMixin
 from .base import FlatPotential, is_identity
 
 Tensor = torch.Tensor
@@ -39,14 +40,16 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         Run the full-data :meth:`value_and_grad` and :meth:`leapfrog_step` as
         ``torch.compile`` graphs (inductor fuses the forward, the backward and the
         leapfrog update into one C++ loop nest). Needs the analytic path and a C++
-        compiler. The first call for each input shape compiles (seconds; about 10-13 s on a
-        machine with an empty inductor cache; :meth:`value_and_grad`'s first call runs eagerly
-        and its second compiles, since a kernel that steps with the leapfrog graph calls it
+        compiler. The graphs are the runtime's (:attr:`graphs`,
+        :class:`~bnnzoo.inference.compiled_graphs.CompiledGraphs`), traced from
+        :meth:`graph_value_and_grad`. The first call for each input shape compiles (seconds; about
+        10-13 s on a machine with an empty inductor cache; :meth:`value_and_grad`'s first call runs
+        eagerly and its second compiles, since a kernel that steps with the leapfrog graph calls it
         once a run), later calls and later potentials
         of the same network reuse the graph (the data are graph inputs, not
         constants); :attr:`compile_seconds` adds up the time of the compiling calls.
-        Past dynamo's recompile limit (8 variants per process by default) calls
-        run eagerly, with dynamo's warning. Minibatch gradients stay eager (their
+        One process holds up to :data:`~bnnzoo.inference.compiled_graphs.RECOMPILE_LIMIT` (128)
+        variants of each graph (dynamo's default is 8). Minibatch gradients stay eager (their
         row indices change at every call).
     device : torch.device or str, optional
         Move the data there (None: where ``x`` is). The potential computes where its data are:
@@ -91,14 +94,17 @@ class BNNPotential(FlatPotential, AnalyticMixin):
                 "sites, a Gaussian likelihood (fixed or learned noise), Bernoulli or Categorical), which this "
                 "model does not have" + ("" if analytic else " (analytic=False)")
                 + (f": {self.slow_path}" if self.slow_path and analytic else ""))
-        #: True when :meth:`value_and_grad` and :meth:`leapfrog_step` run compiled graphs
+        #: True when :meth:`value_and_grad` and :meth:`leapfrog_step` run compiled graphs (set here, or
+        #: mid-run by ``compile="auto"``; a compile that fails under it sets it back to False)
         self.compile = bool(compile)
-        #: seconds spent in the calls that compiled a graph (one per function and input shapes)
-        self.compile_seconds = 0.0
-        #: on a failed compile, warn and go on eagerly instead of raising (``compile="auto"``)
-        self.compile_fallback = False
-        self._compiled_keys: set[tuple] = set()
-        self._called_once: set[tuple] = set()  # value_and_grad's shapes whose first call ran eagerly
+        #: the compiled graphs that run this potential while :attr:`compile` is True, with what compiling
+        #: them took (the runtime's :class:`~bnnzoo.inference.compiled_graphs.CompiledGraphs`)
+        self.graphs = CompiledGraphs(self)
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds spent in the calls that compiled a graph (one per function and input shapes)."""
+        return self.graphs.compile_seconds
 
     def _prior_segments(self):
         """Runs of adjacent unconstrained sites sharing one iid prior: their log
@@ -229,30 +235,18 @@ class BNNPotential(FlatPotential, AnalyticMixin):
 
     def value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         """``U(theta)`` and ``dU/dtheta``: analytic when :attr:`analytic` (compiled when
-        :attr:`compile`), else autograd."""
+        :attr:`compile`: :attr:`graphs`), else autograd."""
         if self.compile:
-            return self._run_compiled("value_and_grad", theta.detach())
+            return self.graphs.value_and_grad(theta.detach())
         if self.analytic:
             return self._analytic_value_and_grad(theta.detach(), self._x, self._target, 1.0)
         return super().value_and_grad(theta)
 
     def leapfrog_step(self, theta, p, grad, step_size, inv_mass):
-        """One leapfrog step; with :attr:`compile`, the update and the gradient as one graph."""
+        """One leapfrog step; with :attr:`compile`, the update and the gradient as one graph (:attr:`graphs`)."""
         if not self.compile:
             return super().leapfrog_step(theta, p, grad, step_size, inv_mass)
-        # a tensor: a Python float would be compiled in as a constant, one graph per step size
-        step_size = torch.as_tensor(step_size, dtype=theta.dtype, device=theta.device)
-        return self._run_compiled("leapfrog_step", theta, p, grad, step_size, inv_mass)
-
-    def leapfrog_steps(self, theta, p, grad, step_sizes, inv_mass, high, low):
-        """:data:`~bnnzoo.inference.potential.analytic.UNROLL` leapfrog steps of the sizes ``step_sizes``
-        ``[UNROLL, ...]`` (:func:`~bnnzoo.inference.potential.analytic.unroll_step_sizes`; a size of 0
-        is a step that changes nothing), and the running highest and lowest energy ``high``, ``low``
-        ``[C]`` over them: ``(theta', p', U', grad U', high', low')``. One compiled graph with
-        :attr:`compile`; without it (e.g. after a compile failed) the same steps run eagerly."""
-        if not self.compile:
-            return leapfrog_steps(super().leapfrog_step, theta, p, grad, step_sizes, inv_mass, high, low)
-        return self._run_compiled("leapfrog_steps", theta, p, grad, step_sizes, inv_mass, high, low)
+        return self.graphs.leapfrog_step(theta, p, grad, step_size, inv_mass)
 
     def minibatch_value_and_grad(self, theta: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Unbiased minibatch estimate of ``U`` and its gradient (likelihood scaled by N/B)."""

@@ -9,9 +9,9 @@ import pyro.distributions as dist
 import pytest
 import torch
 
+from bnnzoo.inference.compiled_graphs import UNROLL, unroll_step_sizes
 from bnnzoo.inference.integrators import EnergyTracker, kinetic_energy, leapfrog
 from bnnzoo.inference.potential import BNNPotential, PyroPotential, make_potential
-from bnnzoo.inference.potential.analytic import UNROLL, unroll_step_sizes
 from bnnzoo.models import BNN, BNNSpec, Dense
 from tests.inference.potential.problems import cnn_problem, make_data, mlp_problem, random_points
 from tests.support.cases import LIKELIHOODS, PRIORS, needs_compiler
@@ -182,7 +182,7 @@ def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_na
         assert v1.shape == v2.shape == t.shape[:-1] and g1.shape == t.shape
         torch.testing.assert_close(v1, v2, rtol=1e-10, atol=0)
         torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-10 * float(g2.abs().max()))
-    assert compiled.compile_seconds > 0.0 and len(compiled._compiled_keys) == 2
+    assert compiled.compile_seconds > 0.0 and len(compiled.graphs.keys) == 2
     # a leapfrog step for two step sizes: the step size is an input of the graph, not a constant
     p = torch.randn(theta.shape, generator=torch.Generator().manual_seed(6), dtype=theta.dtype)
     inv_mass = torch.linspace(0.5, 2.0, eager.dim, dtype=theta.dtype)
@@ -204,14 +204,14 @@ def test_compiled_potential_equals_eager(float64, activation, prior_name, lik_na
         slow = leapfrog(theta, p, grad, step_size, num_steps, eager.value_and_grad, inv_mass,
                         step=eager.leapfrog_step, track_energy=tracker)
         sizes = unroll_step_sizes(step_size, theta, num_steps)
-        *fast, high, low = compiled.leapfrog_steps(theta, p, grad, sizes, inv_mass,
+        *fast, high, low = compiled.graphs.leapfrog_steps(theta, p, grad, sizes, inv_mass,
                                                    *EnergyTracker(energy, inv_mass).bounds())
         for a, b in zip(fast, slow):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
         for a, b in zip((high, low), tracker.bounds()):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
         # eagerly (a compile that failed goes on so): the same steps
-        for a, b in zip(eager.leapfrog_steps(theta, p, grad, sizes, inv_mass, *EnergyTracker(energy, inv_mass).bounds()),
+        for a, b in zip(eager.graphs.leapfrog_steps(theta, p, grad, sizes, inv_mass, *EnergyTracker(energy, inv_mass).bounds()),
                         (*slow, *tracker.bounds())):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10 * float(b.abs().max()))
     with pytest.raises(ValueError, match="num_steps must be in 1..4, got 0"):
@@ -241,7 +241,7 @@ def test_a_compiled_potential_with_a_prior_per_site_equals_eager(float64):
         (v1, g1), (v2, g2) = compiled.value_and_grad(theta), eager.value_and_grad(theta)
         torch.testing.assert_close(v1, v2, rtol=1e-10, atol=0)
         torch.testing.assert_close(g1, g2, rtol=1e-10, atol=1e-10 * float(g2.abs().max()))
-    assert any(key[0] == "value_and_grad" for key in compiled._compiled_keys)
+    assert any(key[0] == "value_and_grad" for key in compiled.graphs.keys)
 
 
 @needs_compiler
