@@ -25,11 +25,18 @@ def finite(column: pd.Series) -> bool:
 def test_paper000(tmp_path):
     run_example("paper000_proximal_hmc.py", tmp_path)
     table = pd.read_csv(tmp_path / "table.csv").set_index("method")
-    assert list(table.index) == ["proximal_hmc", "rwmh", "nuts", "adam", "sgd", "prox-sgd"]
+    assert list(table.index) == ["proximal_hmc", "rwmh", "nuts", "adam", "sgd", "prox-sgd", "ensemble",
+                                 "phmc_ensemble"]
     assert finite(table.test_accuracy) and finite(table.test_nll) and finite(table.wall_time_s)
+    assert table.ece.between(0, 1).all()
     mcmc = table[table.kind == "mcmc"]
     assert mcmc.acceptance.between(0, 1).all() and (mcmc.divergences >= 0).all()
     assert (table.drop("rwmh").test_accuracy > 0.2).all()  # 10 classes: chance is 0.1; RWMH needs far more draws
+    # optimise, then sample: 2 members x 2 chains, judged within each member in function space
+    ens = table.loc["phmc_ensemble"]
+    assert ens.kind == "mcmc" and ens.chains == 4 and table.loc["ensemble", "chains"] == 2
+    assert math.isfinite(ens.rhat_f_within) and ens.rhat_f_within > 0.9 and mcmc.modes.between(1, 2).all()
+    assert ens.wall_time_s > table.loc["ensemble", "wall_time_s"]  # the members' time is part of the run's
     assert table.loc["prox-sgd", "exact_zero_frac"] > 0  # soft-thresholding gives exact zeros
     assert {"curves.csv", "curves.png", "table.md"} <= {p.name for p in tmp_path.iterdir()}
 
