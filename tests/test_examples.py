@@ -46,8 +46,17 @@ def test_paper001(tmp_path):
     regression = pd.read_csv(tmp_path / "regression.csv")
     assert len(regression) == 12 and finite(regression.mae) and finite(regression.mse)
     classification = pd.read_csv(tmp_path / "classification.csv")
-    assert len(classification) == 6 and classification.accuracy.between(0, 1).all()
+    assert len(classification) == 2 * 5 and classification.accuracy.between(0, 1).all()
     assert (classification[classification.method == "Adam (Vanilla)"].accuracy > 0.2).all()
+    assert finite(classification.nll) and classification.ece.between(0, 1).all()
+    # optimise, then sample: 2 members x 2 SGHMC-SA chains, and the members alone, per seed
+    by = classification.set_index(["method", "seed"])
+    ensemble_start, alone = by.loc["SGHMC-SA, ensemble start"], by.loc["Ensemble (members alone)"]
+    assert (ensemble_start.chains == 4).all() and (alone.chains == 2).all()
+    assert (ensemble_start.accuracy > 0.2).all() and (alone.accuracy > 0.2).all()  # chance is 0.1
+    # judged within each member (inf, not NaN, where 5 draws leave a saturated class probability constant)
+    assert (ensemble_start.rhat_within > 0.9).all() and ensemble_start.modes.between(1, 2).all()
+    assert ensemble_start.verdict.str.contains("within modes").all()
     assert {"coefficients.png", "adversarial.png", "timing.json"} <= {p.name for p in tmp_path.iterdir()}
 
 
