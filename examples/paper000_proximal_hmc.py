@@ -22,7 +22,12 @@ Methods (all start from the same kind of random point, uniform in (-r, r)):
 * ``adam``, ``sgd``: MAP by minibatch Adam / SGD on the negative log posterior per
   point (the Laplace prior is an L1 penalty; its subgradient gives no exact zeros);
 * ``prox-sgd``: MAP by proximal SGD (gradient step on the smooth part, then
-  soft-thresholding): exact zeros.
+  soft-thresholding): exact zeros;
+* ``phmc_ensemble``: optimise, then sample (``bnnzoo.inference.run(...,
+  warm_start="ensemble")``): ``ens_members`` MAP fits (AdamW on minibatches, a
+  validation split, early stopping), then ``ens_chains`` short proximal-HMC chains
+  from each; and, from the same run, ``ensemble``: the members alone (a deep
+  ensemble, uniform over the MAP points).
 
 MAP rows are the mean over ``map_restarts`` independent fits (``chains`` in the
 table; ``acc_sd`` is the sd of their test accuracy: single fits vary a lot);
@@ -35,7 +40,11 @@ the curves are computed afterwards and not timed), the fraction of weights
 (``layers.<i>.weight``, not biases) with |w| < 1e-2 over the kept draws, and
 the fraction exactly 0. MCMC rows add the mean acceptance, divergences, leapfrog
 steps (gradient evaluations) per draw and function-space ESS / R-hat
-(``bnnzoo.diagnostics.summary.mixing``).
+(``bnnzoo.diagnostics.summary.mixing``). Every row has the expected calibration
+error (``ece``, 10 bins) of its predictive; MCMC rows the largest split R-hat
+within a member (``rhat_f_within``: over the test points' function values and
+``lp``; a chain started from a random point is its own member) and the modes its
+members visit (``bnnzoo.diagnostics.members.member_mixing``).
 
 Usage::
 
@@ -63,26 +72,30 @@ import torch
 from pyro.infer import MCMC
 
 from bnnzoo.data import load
+from bnnzoo.diagnostics.members import ensemble_run, member_mixing
 from bnnzoo.diagnostics.predictive import predictive_metrics
 from bnnzoo.diagnostics.summary import mixing
 from bnnzoo.results import split_mcmc
-from bnnzoo.inference import NUTS, ProximalHMC, RandomWalkMH, Run
+from bnnzoo.inference import NUTS, ProximalHMC, RandomWalkMH, Run, run as run_engine
 from bnnzoo.inference.map_fit import map_fit
 from bnnzoo.inference.potential import BNNPotential, initial_theta
 from bnnzoo.models import BNN
 from bnnzoo.models.zoo import laplace_cnn
 
-METHODS = ("proximal_hmc", "rwmh", "nuts", "adam", "sgd", "prox-sgd")
+METHODS = ("proximal_hmc", "rwmh", "nuts", "adam", "sgd", "prox-sgd", "phmc_ensemble")
 NEAR_ZERO = 1e-2
 
 DEFAULT = dict(channels=4, n_train=500, prior_scale=0.2, init_radius=0.3, chains=2,
                phmc_warmup=150, phmc_samples=150, num_steps=10,
                nuts_warmup=75, nuts_samples=75, nuts_tree_depth=5,
-               map_epochs=150, map_restarts=3, batch_size=50, adam_lr=1e-2, sgd_lr=0.1, every=5)
+               map_epochs=150, map_restarts=3, batch_size=50, adam_lr=1e-2, sgd_lr=0.1, every=5,
+               ens_members=4, ens_chains=2, ens_epochs=200, ens_warmup=100, ens_samples=100)
 FULL = dict(DEFAULT, channels=8, n_train=None, chains=4, phmc_warmup=400, phmc_samples=400, num_steps=20,
-            nuts_warmup=200, nuts_samples=200, nuts_tree_depth=6, map_epochs=300, every=10)
+            nuts_warmup=200, nuts_samples=200, nuts_tree_depth=6, map_epochs=300, every=10,
+            ens_members=8, ens_warmup=200, ens_samples=200)
 SMOKE = dict(DEFAULT, channels=2, phmc_warmup=10, phmc_samples=10, num_steps=5, nuts_warmup=5, nuts_samples=5,
-             nuts_tree_depth=3, map_epochs=20, map_restarts=2)
+             nuts_tree_depth=3, map_epochs=20, map_restarts=2, ens_members=2, ens_epochs=5, ens_warmup=5,
+             ens_samples=5)
 
 
 # ------------------------------------------------------------ evaluation
@@ -183,6 +196,30 @@ def mcmc_method(name: str, cfg: dict, model, potential, data, seed: int) -> tupl
                options=options), snaps
 
 
+def ensemble_method(cfg: dict, model, data, seed: int) -> Run:
+    """Optimise, then sample: ``ens_members`` MAP members, then ``ens_chains`` proximal-HMC chains
+    from each (``run(..., warm_start="ensemble")``; the members are in ``Run.members``)."""
+    members = {"lr": cfg["adam_lr"], "num_epochs": cfg["ens_epochs"], "batch_size": cfg["batch_size"],
+               "init_radius": cfg["init_radius"]}
+    return run_engine(model, data, engine="proximal_hmc", warm_start="ensemble", num_members=cfg["ens_members"],
+                      chains_per_member=cfg["ens_chains"], ensemble=members, num_samples=cfg["ens_samples"],
+                      warmup_steps=cfg["ens_warmup"], num_steps=cfg["num_steps"], seed=seed, progress=False,
+                      threads=None)
+
+
+def ensemble_row(run: Run, potential, mask) -> dict:
+    """The members of an ensemble-started ``run`` alone: a uniform mixture of their MAP points."""
+    alone = ensemble_run(run)
+    theta = potential.flatten({k: torch.as_tensor(v[0]) for k, v in alone.samples.items()}, batch_ndim=1)
+    metrics = predictive_metrics(alone)
+    row = {"method": "ensemble", "kind": "ensemble", "chains": len(run.members), "draws": 1,
+           "wall_time_s": alone.wall_time, "test_accuracy": metrics["accuracy"], "acc_sd": math.nan,
+           "test_nll": metrics["nll"], "ece": metrics["ece"], **sparsity_columns(theta, mask)}
+    row.update(acceptance=math.nan, divergences=math.nan, leapfrog_per_draw=math.nan, ess_f_min=math.nan,
+               rhat_f_max=math.nan, rhat_f_within=math.nan, modes=math.nan)
+    return row
+
+
 def mcmc_row(run: Run, potential, mask) -> tuple[dict, torch.Tensor]:
     theta = torch.as_tensor(np.concatenate(
         [run.samples[n].reshape(run.num_chains * run.num_draws, -1) for n in potential.names], -1),
@@ -190,8 +227,12 @@ def mcmc_row(run: Run, potential, mask) -> tuple[dict, torch.Tensor]:
     row = {"method": run.engine, "kind": "mcmc", "chains": run.num_chains, "draws": run.num_draws,
            "wall_time_s": run.wall_time}
     metrics = predictive_metrics(run)
-    row.update(test_accuracy=metrics["accuracy"], test_nll=metrics["nll"])
+    row.update(test_accuracy=metrics["accuracy"], test_nll=metrics["nll"], ece=metrics["ece"])
     row.update(sparsity_columns(theta, mask))
+    members = member_mixing(run)  # chains grouped by member (a chain started at random: its own member)
+    within = [v for v in (members["rhat_f_within_max"], members["rhat_lp_within_max"]) if not math.isnan(v)]
+    row.update(rhat_f_within=max(within, default=math.nan),
+               modes=members["modes"], verdict=members["verdict"])
     stats = run.sample_stats
     row["acceptance"] = float(np.mean(stats["acceptance_rate"]))
     row["divergences"] = int(np.sum(stats["diverging"]))
@@ -256,18 +297,19 @@ def map_row(fits: list, mask) -> dict:
     for run, theta, _ in fits:
         metrics = predictive_metrics(run)
         rows.append({"wall_time_s": run.wall_time, "test_accuracy": metrics["accuracy"], "test_nll": metrics["nll"],
-                     **sparsity_columns(theta, mask)})
+                     "ece": metrics["ece"], **sparsity_columns(theta, mask)})
     frame = pd.DataFrame(rows)
     row = {"method": fits[0][0].engine, "kind": "map", "chains": len(fits), "draws": 1, **frame.mean().to_dict(),
            "acc_sd": float(frame.test_accuracy.std(ddof=1)) if len(fits) > 1 else math.nan}
     row.update(acceptance=math.nan, divergences=math.nan, leapfrog_per_draw=math.nan, ess_f_min=math.nan,
-               rhat_f_max=math.nan)
+               rhat_f_max=math.nan, rhat_f_within=math.nan, modes=math.nan)
     return row
 
 
 # ------------------------------------------------------------------ output
-COLUMNS = ["method", "kind", "chains", "draws", "wall_time_s", "test_accuracy", "acc_sd", "test_nll", "near_zero_frac",
-           "exact_zero_frac", "acceptance", "divergences", "leapfrog_per_draw", "ess_f_min", "rhat_f_max"]
+COLUMNS = ["method", "kind", "chains", "draws", "wall_time_s", "test_accuracy", "acc_sd", "test_nll", "ece",
+           "near_zero_frac", "exact_zero_frac", "acceptance", "divergences", "leapfrog_per_draw", "ess_f_min",
+           "rhat_f_max", "rhat_f_within", "modes"]
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -276,7 +318,7 @@ def markdown(table: pd.DataFrame) -> str:
             return v
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return "–"
-        if col in ("chains", "draws", "divergences", "ess_f_min", "leapfrog_per_draw"):
+        if col in ("chains", "draws", "divergences", "ess_f_min", "leapfrog_per_draw", "modes"):
             return f"{v:.0f}"
         if col == "wall_time_s":
             return f"{v:.1f}"
@@ -343,7 +385,7 @@ def main(argv=None) -> pd.DataFrame:
     print(f"{data.describe()}; laplace_cnn(channels={cfg['channels']}, scale={cfg['prior_scale']}): "
           f"{potential.dim} parameters", flush=True)
 
-    rows, curves = [], []
+    rows, curves, verdicts, members = [], [], {}, {}
     for name in args.only:
         seed = args.seed * 100 + METHODS.index(name)
         if name in ("adam", "sgd", "prox-sgd"):
@@ -351,28 +393,47 @@ def main(argv=None) -> pd.DataFrame:
                     for k in range(cfg["map_restarts"])]
             rows.append(map_row(fits, mask))
             curve = fits[0][2]
+        elif name == "phmc_ensemble":
+            run = ensemble_method(cfg, model, data, seed)
+            rows.append(ensemble_row(run, potential, mask))
+            row, _ = mcmc_row(run, potential, mask)
+            row["method"] = name
+            rows.append(row)
+            verdicts[name] = row["verdict"]
+            members[name] = run.notes.get("member_seconds", math.nan), [m.epochs for m in run.members]
+            curve = []  # run() keeps no snapshots: no curve
         else:
             run, snaps = mcmc_method(name, cfg, model, potential, data, seed)
             row, _ = mcmc_row(run, potential, mask)
             rows.append(row)
+            verdicts[name] = row["verdict"]
             warmup = cfg["nuts_warmup"] if name == "nuts" else cfg["phmc_warmup"]
             curve = mcmc_curves(name, snaps, warmup, evaluator)
         curves.extend(curve)
         r = rows[-1]
-        print(f"  {name:13s} acc {r['test_accuracy']:.3f}  nll {r['test_nll']:.3f}  "
+        print(f"  {r['method']:13s} acc {r['test_accuracy']:.3f}  nll {r['test_nll']:.3f}  "
               f"{r['wall_time_s']:.1f} s  near-zero {r['near_zero_frac']:.3f}", flush=True)
 
-    table = pd.DataFrame(rows)[COLUMNS]
+    table = pd.DataFrame(rows).reindex(columns=COLUMNS)
     table.to_csv(out / "table.csv", index=False)
     curves = pd.DataFrame(curves)
     curves.to_csv(out / "curves.csv", index=False)
-    plot_curves(curves, list(args.only), out / "curves.png")
+    drawn = [m for m in args.only if m != "phmc_ensemble"]  # phmc_ensemble has no curve
+    if drawn:
+        plot_curves(curves, drawn, out / "curves.png")
     text = markdown(table)
+    notes = [f"- {name}: {verdict}" for name, verdict in verdicts.items()]
+    if "phmc_ensemble" in members:
+        seconds, epochs = members["phmc_ensemble"]
+        notes.append(f"- phmc_ensemble: {cfg['ens_members']} members x {cfg['ens_chains']} chains, "
+                     f"{cfg['ens_warmup']} warm-up + {cfg['ens_samples']} draws per chain; the members took "
+                     f"{seconds:.1f} s ({', '.join(map(str, epochs))} epochs) of its wall time")
     (out / "table.md").write_text(
         f"{data.describe()}; laplace_cnn(channels={cfg['channels']}, scale={cfg['prior_scale']}), "
-        f"{potential.dim} parameters; {size}, seed {args.seed}\n\n{text}\n")
+        f"{potential.dim} parameters; {size}, seed {args.seed}\n\n{text}\n\n" + "\n".join(notes) + "\n")
     print(text)
-    print(f"total {time.perf_counter() - start:.0f} s; wrote {out}/table.md, table.csv, curves.csv, curves.png")
+    print(f"total {time.perf_counter() - start:.0f} s; wrote {out}/table.md, table.csv, curves.csv"
+          + (", curves.png" if drawn else ""))
     return table
 
 

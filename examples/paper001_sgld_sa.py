@@ -18,7 +18,16 @@ deep learning", NeurIPS. Two experiments:
    prior: the paper's "Vanilla"). Test accuracy of the posterior mean and
    accuracy under the fast gradient sign attack
    ``x_adv = clip(x - eps * sign(d/dx max_y log P(y | x)), 0, 1)`` on pixels in
-   [0, 1], eps = 0.1 ... 0.5 (the paper's Fig. 2).
+   [0, 1], eps = 0.1 ... 0.5 (the paper's Fig. 2). Beside them, optimise then
+   sample (``run(..., warm_start="ensemble")``): ``cls_members`` MAP fits of the
+   spike-and-slab network (AdamW, validation split, early stopping), then
+   ``cls_chains`` short SGHMC-SA chains from each ("SGHMC-SA, ensemble start"), and
+   the members alone ("Ensemble (members alone)", a deep ensemble). Every method's
+   posterior predictive is scored on the test split (accuracy, NLL, ECE), and the
+   SG-MCMC runs' convergence is judged within each member in function space
+   (``bnnzoo.diagnostics.members.member_mixing``: split R-hat of the test points'
+   class probabilities on each member's chains; a chain started at random is its own
+   member; modes visited).
 
 Default sizes run in a few minutes on 2 CPU cores (the regression's 12 runs go
 to ``--workers`` processes); ``--full`` uses the paper's iteration counts
@@ -45,6 +54,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bnnzoo.diagnostics.members import RHAT_WITHIN
+
 #: Table 1 of the paper: MAE / MSE on the test set, per (v0, sigma_init)
 PAPER_TABLE1 = {
     "SGLD-SA": ["1.89/5.56", "1.72/5.64", "1.48/3.51", "1.54/4.42"],
@@ -55,11 +66,17 @@ SETTINGS = [(0.01, 2.0), (0.1, 2.0), (0.01, 1.0), (0.1, 1.0)]  # (v0, sigma_init
 METHODS = ("SGLD-SA", "SGLD-EM", "SGLD")
 #: Table 2 of the paper (MNIST, no data augmentation): test accuracy in %
 PAPER_TABLE2_MNIST = {"SGHMC-SA": 99.59, "SGHMC": 99.47, "Adam (Vanilla)": 99.31}
+#: the optimise-then-sample rows (not in the paper)
+ENSEMBLE_START, MEMBERS_ALONE = "SGHMC-SA, ensemble start", "Ensemble (members alone)"
 EPSILONS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5)
 #: sizes: default, --full (the paper's iteration counts) and --smoke (seconds)
-DEFAULT = dict(reg_iterations=10_000, reg_draws=1000, cls_epochs=100, cls_draws=100, cls_seeds=3)
-FULL = dict(DEFAULT, reg_iterations=500_000, cls_epochs=1000)
-SMOKE = dict(reg_iterations=200, reg_draws=20, cls_epochs=1, cls_draws=5, cls_seeds=2)
+#: cls_members MAP members of cls_member_epochs at most, then cls_chains SGHMC-SA chains from each for
+#: cls_ens_epochs epochs (half warm-up), cls_ens_draws draws kept per chain
+ENSEMBLE = dict(cls_members=4, cls_chains=2, cls_member_epochs=200, cls_ens_epochs=20, cls_ens_draws=50)
+DEFAULT = dict(reg_iterations=10_000, reg_draws=1000, cls_epochs=100, cls_draws=100, cls_seeds=3, **ENSEMBLE)
+FULL = dict(DEFAULT, reg_iterations=500_000, cls_epochs=1000, cls_ens_epochs=100, cls_ens_draws=100)
+SMOKE = dict(reg_iterations=200, reg_draws=20, cls_epochs=1, cls_draws=5, cls_seeds=2, cls_members=2, cls_chains=2,
+             cls_member_epochs=3, cls_ens_epochs=1, cls_ens_draws=5)
 
 
 def _setup_torch() -> None:
@@ -263,52 +280,99 @@ def train_adam(data, epochs: int, seed: int, batch_size: int = 100, lr: float = 
     return model, {k: v.detach() for k, v in params.items()}
 
 
-def classification_run(method: str, epochs: int, num_draws: int, seed: int) -> dict:
+def predictive_scores(model, values: dict, data) -> dict:
+    """Test accuracy, NLL (mean -log of the predictive probability of the label) and ECE (10 bins) of
+    the predictive ``mean_s softmax(f(x; w_s))`` (one point: its softmax)."""
+    from bnnzoo.diagnostics.predictive import accuracy, expected_calibration_error
+
+    with torch.no_grad():
+        probs = torch.softmax(model.apply(values, data.x_test).double(), -1)
+    probs = (probs.mean(0) if probs.dim() == 3 else probs).numpy()
+    y = data.y_test.numpy()
+    return {"accuracy": accuracy(probs, y), "nll": float(-np.log(np.maximum(probs[np.arange(len(y)), y], 1e-300)).mean()),
+            "ece": expected_calibration_error(probs, y)}
+
+
+def sa_state(r) -> dict:
+    """SGHMC-SA's sparse layer at the end of the first chain: sigma, delta, the share of weights included."""
+    stats = r.sample_stats
+    rho = r.inclusion_prob["layers.1.weight"]
+    return {"sigma": float(stats["sigma[layers.1.weight]"][0, -1]), "delta": float(stats["delta[layers.1.weight]"][0, -1]),
+            "included": float((rho > 0.5).mean())}
+
+
+def classification_run(method: str, epochs: int, num_draws: int, seed: int, ensemble: dict | None = None) -> list[dict]:
+    """One method on one seed's split: its row (and, for the ensemble start, the members' row too)."""
     _setup_torch()
     from bnnzoo.data import load
+    from bnnzoo.diagnostics.members import ensemble_run, member_mixing
     from bnnzoo.inference import run
     from bnnzoo.models import SpikeAndSlab
 
     data = load("digits", seed=seed)
     start, cpu = time.perf_counter(), time.process_time()
+    alone = None
     if method == "Adam (Vanilla)":
         model, values = train_adam(data, epochs, seed)
-        extra = {}
+        extra, chains = {}, 1
     else:
         batch = 100
+        if method == ENSEMBLE_START:
+            epochs, num_draws = ensemble["cls_ens_epochs"], ensemble["cls_ens_draws"]
         iterations = epochs * math.ceil(data.n_train / batch)
         warmup = iterations // 2
         thin = max(1, (iterations - warmup) // num_draws)
         prior = SpikeAndSlab(v0=0.1, v1=1.0, sigma=1.0, inclusion_prob=0.5)
-        common = dict(num_samples=num_draws, warmup_steps=warmup, num_chains=1, seed=seed, step_size=2e-5,
-                      schedule="constant", friction=0.1, batch_size=batch, thin=thin, init_radius=0.2)
+        common = dict(num_samples=num_draws, warmup_steps=warmup, seed=seed, step_size=2e-5,
+                      schedule="constant", friction=0.1, batch_size=batch, thin=thin)
+        p = math.prod(cnn_spec(prior).param_shapes()["layers.1.weight"])
+        sa = dict(sa_scale=1.0, sa_offset=1000.0, sa_power=0.75, beta_a=float(p), beta_b=float(p), ig_nu=1.0,
+                  ig_lambda=1.0)
         if method == "SGHMC-SA":
-            p = math.prod(cnn_spec(prior).param_shapes()["layers.1.weight"])
-            r = run(cnn_spec(prior), data, engine="sghmc_sa", sa_scale=1.0, sa_offset=1000.0, sa_power=0.75,
-                    beta_a=float(p), beta_b=float(p), ig_nu=1.0, ig_lambda=1.0, **common)
-            stats = r.sample_stats
-            rho = r.inclusion_prob["layers.1.weight"]
-            extra = {"sigma": float(stats["sigma[layers.1.weight]"][0, -1]),
-                     "delta": float(stats["delta[layers.1.weight]"][0, -1]),
-                     "included": float((rho > 0.5).mean())}
+            r = run(cnn_spec(prior), data, engine="sghmc_sa", num_chains=1, init_radius=0.2, **sa, **common)
+            extra = sa_state(r)
+        elif method == ENSEMBLE_START:  # optimise, then sample: MAP members, then SGHMC-SA chains from each
+            r = run(cnn_spec(prior), data, engine="sghmc_sa", warm_start="ensemble",
+                    num_members=ensemble["cls_members"], chains_per_member=ensemble["cls_chains"],
+                    ensemble={"num_epochs": ensemble["cls_member_epochs"]}, progress=False, threads=None,
+                    **sa, **common)
+            extra = {**sa_state(r), "member_seconds": r.notes["member_seconds"],
+                     "member_epochs": " ".join(str(m.epochs) for m in r.members)}
+            alone = ensemble_run(r)
         else:
-            r = run(cnn_spec(prior), data, engine="sghmc", **common)
+            r = run(cnn_spec(prior), data, engine="sghmc", num_chains=1, init_radius=0.2, **common)
             extra = {}
         extra["divergences"] = int(r.sample_stats["diverging"].sum())
-        model, values = r.model, r.values()
+        judged = member_mixing(r)  # within each member, in function space (a chain from a random point: its own)
+        within = [v for v in (judged["rhat_f_within_max"], judged["rhat_lp_within_max"]) if not math.isnan(v)]
+        extra.update(rhat_within=max(within, default=math.nan), modes=judged["modes"], verdict=judged["verdict"])
+        model, values, chains = r.model, r.values(), r.num_chains
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     accuracies = fgsm_accuracy(model, values, data)
-    return {"method": method, "seed": seed, "seconds": seconds, "cpu_seconds": cpu, "epochs": epochs,
-            "accuracy": accuracies[0], "fgsm": accuracies, **extra}
+    scores = predictive_scores(model, values, data)
+    rows = [{"method": method, "seed": seed, "seconds": seconds, "cpu_seconds": cpu, "epochs": epochs,
+             "chains": chains, "accuracy": accuracies[0], "nll": scores["nll"], "ece": scores["ece"],
+             "fgsm": accuracies, **extra}]
+    if alone is not None:
+        accuracies = fgsm_accuracy(alone.model, alone.values(), data)
+        scores = predictive_scores(alone.model, alone.values(), data)
+        rows.insert(0, {"method": MEMBERS_ALONE, "seed": seed, "seconds": alone.wall_time, "cpu_seconds": math.nan,
+                        "epochs": ensemble["cls_member_epochs"], "chains": alone.num_draws,
+                        "accuracy": accuracies[0], "nll": scores["nll"], "ece": scores["ece"], "fgsm": accuracies})
+    return rows
 
 
-CLASSIFIERS = ("SGHMC-SA", "SGHMC", "Adam (Vanilla)")
+CLASSIFIERS = ("SGHMC-SA", "SGHMC", "Adam (Vanilla)", MEMBERS_ALONE, ENSEMBLE_START)
+#: the methods run (the members alone come out of ENSEMBLE_START's run)
+RUN_CLASSIFIERS = ("SGHMC-SA", "SGHMC", "Adam (Vanilla)", ENSEMBLE_START)
 
 
 def classification_experiment(args, pool) -> list[dict]:
-    jobs = [(m, args.seed + i) for i in range(args.cls_seeds) for m in CLASSIFIERS]
-    futures = [pool.submit(classification_run, m, args.cls_epochs, args.cls_draws, seed) for m, seed in jobs]
-    return [f.result() for f in futures]
+    ensemble = {k: getattr(args, k) for k in ENSEMBLE}
+    jobs = [(m, args.seed + i) for i in range(args.cls_seeds) for m in RUN_CLASSIFIERS]
+    futures = [pool.submit(classification_run, m, args.cls_epochs, args.cls_draws, seed, ensemble)
+               for m, seed in jobs]
+    return [row for f in futures for row in f.result()]
 
 
 def classification_tables(results: list[dict], out: Path) -> str:
@@ -321,17 +385,47 @@ def classification_tables(results: list[dict], out: Path) -> str:
     for method in CLASSIFIERS:
         acc = 100 * np.array([r["fgsm"] for r in results if r["method"] == method])  # [seed, eps]
         cells = [f"{m:.1f} ± {s:.1f}" for m, s in zip(acc.mean(0), acc.std(0, ddof=1) if len(acc) > 1 else 0 * acc[0])]
-        lines.append(f"| {method} | {' | '.join(cells)} | {PAPER_TABLE2_MNIST[method]} |")
-    rows = [{"method": r["method"], "seed": r["seed"], "accuracy": r["accuracy"],
-             **{f"fgsm_{e}": a for e, a in zip(EPSILONS, r["fgsm"])},
-             "paper_mnist_accuracy": PAPER_TABLE2_MNIST[r["method"]] / 100, "seconds": r["seconds"],
-             "epochs": r["epochs"], **{k: r[k] for k in ("sigma", "delta", "included", "divergences") if k in r}}
+        lines.append(f"| {method} | {' | '.join(cells)} | {PAPER_TABLE2_MNIST.get(method, '–')} |")
+    lines += ["", f"The posterior predictive on the test split, mean ± sd over {len(seeds)} seeds: accuracy (%), NLL "
+              "(mean −log predictive probability of the label), ECE (10 bins); convergence judged within each "
+              "member in function space: the largest split R-hat over the test points' class probabilities and "
+              "lp on one member's chains (a chain started at random is its own member; range over the seeds; "
+              f"converged at ≤ {RHAT_WITHIN}) and the modes the members visit (per seed). Chains: per run "
+              "(the members alone: members).", "",
+              "| method | chains | accuracy | NLL | ECE | within-member R-hat | modes | seconds |",
+              "|---|---|---|---|---|---|---|---|"]
+    for method in CLASSIFIERS:
+        mine = [r for r in results if r["method"] == method]
+
+        def spread(key, scale=1.0, digits=3):
+            v = scale * np.array([r[key] for r in mine], dtype=float)
+            return f"{v.mean():.{digits}f} ± {v.std(ddof=1) if len(v) > 1 else 0.0:.{digits}f}"
+
+        rhat = [r["rhat_within"] for r in mine if "rhat_within" in r]
+        rhat_cell = f"{min(rhat):.2f}–{max(rhat):.2f}" if rhat else "–"
+        modes = " ".join(str(r["modes"]) for r in mine if "modes" in r) or "–"
+        lines.append(f"| {method} | {mine[0]['chains']} | {spread('accuracy', 100, 1)} | {spread('nll')} | "
+                     f"{spread('ece')} | {rhat_cell} | {modes} | {np.mean([r['seconds'] for r in mine]):.0f} |")
+    rows = [{"method": r["method"], "seed": r["seed"], "chains": r["chains"], "accuracy": r["accuracy"],
+             "nll": r["nll"], "ece": r["ece"], **{f"fgsm_{e}": a for e, a in zip(EPSILONS, r["fgsm"])},
+             "paper_mnist_accuracy": PAPER_TABLE2_MNIST.get(r["method"], math.nan) / 100,
+             "seconds": r["seconds"], "epochs": r["epochs"],
+             **{k: r[k] for k in ("sigma", "delta", "included", "divergences", "rhat_within", "modes", "verdict",
+                                  "member_seconds", "member_epochs") if k in r}}
             for r in results]
+    verdicts = [f"{r['method']}, seed {r['seed']}: {r['verdict']}" for r in results if "verdict" in r]
+    lines += ["", "Verdicts: " + "; ".join(verdicts) + "."]
+    members = [r for r in results if "member_seconds" in r]
+    if members:
+        lines += ["", f"{ENSEMBLE_START}: per seed, the members' training took "
+                  + "; ".join(f"{r['member_seconds']:.0f} s ({r['member_epochs']} epochs)" for r in members)
+                  + " of the run's seconds."]
     sa = [r for r in results if "sigma" in r]
     if sa:
-        lines += ["", "SGHMC-SA's sparse layer (layers.1.weight, 64 x 128) at the end, per seed: "
-                  + "; ".join(f"σ = {r['sigma']:.3g}, δ = {r['delta']:.3g}, {100 * r['included']:.1f}% of the "
-                              f"weights with inclusion probability > 0.5" for r in sa) + "."]
+        lines += ["", "SGHMC-SA's sparse layer (layers.1.weight, 64 x 128) at the end (first chain), per run: "
+                  + "; ".join(f"{r['method']}, seed {r['seed']}: σ = {r['sigma']:.3g}, δ = {r['delta']:.3g}, "
+                              f"{100 * r['included']:.1f}% of the weights with inclusion probability > 0.5"
+                              for r in sa) + "."]
     return write_table(out, "classification", lines, rows)
 
 
@@ -369,6 +463,14 @@ def parse_args(argv=None):
     parser.add_argument("--cls-draws", type=int, default=None, help="draws kept per SG-MCMC CNN run (default 100)")
     parser.add_argument("--cls-seeds", type=int, default=None, help="seeds (data split and chain) per CNN method "
                         "(default 3)")
+    parser.add_argument("--cls-members", type=int, default=None, help="MAP members of the ensemble start (default 4)")
+    parser.add_argument("--cls-chains", type=int, default=None, help="SGHMC-SA chains per member (default 2)")
+    parser.add_argument("--cls-member-epochs", type=int, default=None,
+                        help="most epochs of a member's fit (early stopping; default 200)")
+    parser.add_argument("--cls-ens-epochs", type=int, default=None,
+                        help="SGHMC-SA epochs from the members, half warm-up (default 20)")
+    parser.add_argument("--cls-ens-draws", type=int, default=None, help="draws kept per ensemble-started chain "
+                        "(default 50)")
     args = parser.parse_args(argv)
     size = SMOKE if args.smoke else FULL if args.full else DEFAULT
     for key, value in size.items():

@@ -25,11 +25,18 @@ def finite(column: pd.Series) -> bool:
 def test_paper000(tmp_path):
     run_example("paper000_proximal_hmc.py", tmp_path)
     table = pd.read_csv(tmp_path / "table.csv").set_index("method")
-    assert list(table.index) == ["proximal_hmc", "rwmh", "nuts", "adam", "sgd", "prox-sgd"]
+    assert list(table.index) == ["proximal_hmc", "rwmh", "nuts", "adam", "sgd", "prox-sgd", "ensemble",
+                                 "phmc_ensemble"]
     assert finite(table.test_accuracy) and finite(table.test_nll) and finite(table.wall_time_s)
+    assert table.ece.between(0, 1).all()
     mcmc = table[table.kind == "mcmc"]
     assert mcmc.acceptance.between(0, 1).all() and (mcmc.divergences >= 0).all()
     assert (table.drop("rwmh").test_accuracy > 0.2).all()  # 10 classes: chance is 0.1; RWMH needs far more draws
+    # optimise, then sample: 2 members x 2 chains, judged within each member in function space
+    ens = table.loc["phmc_ensemble"]
+    assert ens.kind == "mcmc" and ens.chains == 4 and table.loc["ensemble", "chains"] == 2
+    assert math.isfinite(ens.rhat_f_within) and ens.rhat_f_within > 0.9 and mcmc.modes.between(1, 2).all()
+    assert ens.wall_time_s > table.loc["ensemble", "wall_time_s"]  # the members' time is part of the run's
     assert table.loc["prox-sgd", "exact_zero_frac"] > 0  # soft-thresholding gives exact zeros
     assert {"curves.csv", "curves.png", "table.md"} <= {p.name for p in tmp_path.iterdir()}
 
@@ -39,8 +46,17 @@ def test_paper001(tmp_path):
     regression = pd.read_csv(tmp_path / "regression.csv")
     assert len(regression) == 12 and finite(regression.mae) and finite(regression.mse)
     classification = pd.read_csv(tmp_path / "classification.csv")
-    assert len(classification) == 6 and classification.accuracy.between(0, 1).all()
+    assert len(classification) == 2 * 5 and classification.accuracy.between(0, 1).all()
     assert (classification[classification.method == "Adam (Vanilla)"].accuracy > 0.2).all()
+    assert finite(classification.nll) and classification.ece.between(0, 1).all()
+    # optimise, then sample: 2 members x 2 SGHMC-SA chains, and the members alone, per seed
+    by = classification.set_index(["method", "seed"])
+    ensemble_start, alone = by.loc["SGHMC-SA, ensemble start"], by.loc["Ensemble (members alone)"]
+    assert (ensemble_start.chains == 4).all() and (alone.chains == 2).all()
+    assert (ensemble_start.accuracy > 0.2).all() and (alone.accuracy > 0.2).all()  # chance is 0.1
+    # judged within each member (inf, not NaN, where 5 draws leave a saturated class probability constant)
+    assert (ensemble_start.rhat_within > 0.9).all() and ensemble_start.modes.between(1, 2).all()
+    assert ensemble_start.verdict.str.contains("within modes").all()
     assert {"coefficients.png", "adversarial.png", "timing.json"} <= {p.name for p in tmp_path.iterdir()}
 
 

@@ -52,9 +52,14 @@ def member_index(num_chains: int, chains_per_member: int) -> np.ndarray:
 
 def within_member(draws, chains_per_member: int) -> tuple[np.ndarray, np.ndarray]:
     """Split R-hat and bulk ESS of ``draws [C, N, ...]`` on each member's chains alone:
-    ``(rhat [K, ...], ess [K, ...])``."""
+    ``(rhat [K, ...], ess [K, ...])``. A member of one chain: that chain's two halves as two
+    chains (ArviZ splits each again), since ArviZ gives no R-hat of a single chain."""
     draws = np.asarray(draws, dtype=np.float64)
     member = member_index(draws.shape[0], chains_per_member)
+    if chains_per_member == 1:
+        half = draws.shape[1] // 2
+        pairs = [ess_rhat(np.stack([draws[k, :half], draws[k, half:2 * half]])) for k in range(draws.shape[0])]
+        return np.stack([r for _, r in pairs]), np.stack([e for e, _ in pairs])
     pairs = [ess_rhat(draws[member == k]) for k in range(member.max() + 1)]
     return np.stack([r for _, r in pairs]), np.stack([e for e, _ in pairs])
 

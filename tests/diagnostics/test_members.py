@@ -32,6 +32,15 @@ def test_within_member_rhat_is_near_one_where_the_modes_differ():
         member_index(6, 4)
 
 
+def test_within_member_rhat_of_one_chain_per_member_is_its_split_rhat():
+    rng = np.random.default_rng(3)
+    mixed = rng.standard_normal((2, 400, 3))
+    rhat, ess = within_member(mixed, chains_per_member=1)
+    assert rhat.shape == (2, 3) and np.all(rhat < 1.02) and np.all(ess > 300)
+    drifting = mixed + np.linspace(0.0, 6.0, 400)[None, :, None]  # each chain's halves disagree
+    assert np.all(within_member(drifting, chains_per_member=1)[0] > 1.5)
+
+
 def test_the_verdict_from_an_inference_data_with_members():
     f = _two_modes()
     lp = np.random.default_rng(2).standard_normal((4, 400)) + np.array([0.0, 0.0, 5.0, 5.0])[:, None]
