@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import shutil
 import sys
@@ -166,10 +167,9 @@ def run(model_or_spec, data, engine: str | RunConfig = "nuts", num_samples: int 
         return _run(config, model_or_spec, data, member_executor)
 
 
-#: run()'s keywords that a RunConfig carries, with their defaults
-_CONFIG_KEYWORDS = {"num_samples": 500, "warmup_steps": 500, "num_chains": None, "seed": 0, "progress": True,
-                    "checkpoint": None, "resume": False, "checkpoint_every": None,
-                    "checkpoint_seconds": CHECKPOINT_SECONDS, "threads": "auto", "dtype": None, "device": None}
+#: run()'s keywords that a RunConfig carries, with their defaults (read off run()'s signature)
+_CONFIG_KEYWORDS = {name: p.default for name, p in inspect.signature(run).parameters.items()
+                    if p.default is not inspect.Parameter.empty and name not in ("engine", "member_executor")}
 
 
 def _only_config(given: dict, engine_options: dict) -> None:
