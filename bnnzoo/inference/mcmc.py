@@ -25,11 +25,15 @@ Example
 
 from __future__ import annotations
 
+import json
+import math
+import time
+
 import numpy as np
 import torch
 from pyro.infer import MCMC as PyroMCMC
-from pyro.infer.mcmc.api import _UnarySampler, _add_logging_hook
-from pyro.infer.mcmc.logger import ProgressBar, initialize_logger
+from pyro.infer.mcmc.api import _UnarySampler
+from pyro.infer.mcmc.logger import DIAGNOSTIC_MSG, ProgressBar, initialize_logger
 
 from .. import validation
 from .checkpoint import Checkpoint, deferred_interrupt, kernel_state, rng_state, set_rng_state
@@ -62,14 +66,60 @@ def _split_diagnostics(diag: dict, num_chains: int) -> list[dict]:
     return out
 
 
-class _CheckpointedSampler(_UnarySampler):
-    """Pyro's one-process sampler loop (``_gen_samples``) with checkpoints: every chain, one after
-    another, yields what Pyro's loop yields, and the state is saved as :class:`Checkpoint` asks.
-    On resume, finished chains and the draws so far are replayed from disk and the running chain
-    continues from its saved iteration with its saved kernel and RNG states."""
+#: seconds between two updates of the progress bar's kernel line (Pyro computes it every iteration)
+LOG_EVERY = 0.25
+
+
+class _LoggingHook:
+    """Pyro's logging hook (``_add_logging_hook``: the kernel's ``logging()`` line on the progress
+    bar, then the user's hook), with the kernel's line made at most every :data:`LOG_EVERY` seconds
+    and only when a bar shows it: Pyro builds it (a mean over the last 50 draws, as JSON) at every
+    iteration, about 0.1 ms, a tenth of a small network's transition."""
+
+    def __init__(self, logger, progress: ProgressBar, hook, shown: bool):
+        self.logger, self.progress, self.hook, self.shown = logger, progress, hook, shown
+        self._last = -math.inf
+
+    def __call__(self, kernel, params, stage: str, i: int) -> None:
+        if self.shown:
+            now = time.monotonic()
+            if now - self._last >= LOG_EVERY:
+                self._last = now
+                self.logger.info(json.dumps(kernel.logging()), extra={"msg_type": DIAGNOSTIC_MSG})
+            self.progress.set_description(stage, refresh=False)
+        if self.hook is not None:
+            self.hook(kernel, params, stage, i)
+
+
+class _NoInterrupt:
+    """What the loop reads of :func:`deferred_interrupt` when nothing is saved: Ctrl-C raises as usual."""
+
+    requested = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Sampler(_UnarySampler):
+    """bnnzoo's one-process MCMC loop: the chains one after another, each yielding what Pyro's
+    ``_gen_samples`` yields (the sites' shapes, each kept draw flat, the kernel's diagnostics), so
+    Pyro's ``MCMC.run`` collects them as its own. Beside Pyro's loop it
+
+    * advances a :class:`~bnnzoo.inference.kernels.base.FlatKernel` on its ``[C, D]`` point
+      (:meth:`~bnnzoo.inference.kernels.base.FlatKernel.sample_flat`): the point goes from one
+      transition to the next as it is, and a site dict (views of it) is made only for the hook
+      and a kept draw; another kernel (Pyro's NUTS) steps through ``kernel.sample(params)``;
+    * builds the progress bar's kernel line only when a bar shows it (:class:`_LoggingHook`);
+    * saves as a :class:`Checkpoint` asks, when it is given one: on resume, finished chains and
+      the draws so far are replayed from disk and the running chain continues from its saved
+      iteration with its saved kernel and RNG states.
+    """
 
     def __init__(self, kernel, num_samples, warmup_steps, num_chains, disable_progbar, initial_params, hook,
-                 checkpoint: Checkpoint):
+                 checkpoint: Checkpoint | None = None):
         super().__init__(kernel, num_samples, warmup_steps, num_chains, disable_progbar, initial_params, hook)
         self.checkpoint = checkpoint
 
@@ -77,7 +127,8 @@ class _CheckpointedSampler(_UnarySampler):
         import logging
 
         kernel, ck = self.kernel, self.checkpoint
-        saved = ck.load() or {"chain": 0, "finished": [], "chunks": [], "draws": 0}
+        flat_kernel = isinstance(kernel, FlatKernel)
+        saved = (ck.load() if ck is not None else None) or {"chain": 0, "finished": [], "chunks": [], "draws": 0}
         finished, total = list(saved["finished"]), self.warmup_steps + self.num_samples
         for chain in range(self.num_chains):
             if chain < len(finished):  # replay a finished chain
@@ -101,13 +152,14 @@ class _CheckpointedSampler(_UnarySampler):
                 vars(kernel).update(saved["kernel"])
                 set_rng_state(saved["rng"])
                 params, start, chunks, kept = saved["params"], saved["iteration"], list(saved["chunks"]), saved["draws"]
+            theta = kernel.flatten(params) if flat_kernel else None
             yield structure, chain
             for name in chunks:
                 for flat in ck.load_chunk(name):
                     yield flat, chain
             progress = ProgressBar(self.warmup_steps, self.num_samples, disable=self.disable_progbar)
-            hook = _add_logging_hook(initialize_logger(logging.getLogger("pyro.infer.mcmc"), "", progress),
-                                     progress, self.hook)
+            hook = _LoggingHook(initialize_logger(logging.getLogger("pyro.infer.mcmc"), "", progress), progress,
+                                self.hook, shown=not self.disable_progbar)
             label = f" [{chain}]" if self.num_chains > 1 else ""
 
             def flush():
@@ -126,22 +178,31 @@ class _CheckpointedSampler(_UnarySampler):
             if hasattr(self.hook, "resumed"):  # progress lines count from where the run is
                 self.hook.resumed(chain * total + start)
             policy = getattr(getattr(kernel, "runtime", None), "policy", None)
-            with deferred_interrupt() as interrupt:
+            with deferred_interrupt() if ck is not None else _NoInterrupt() as interrupt:
                 for t in range(start, total):
                     warmup = t < self.warmup_steps
                     try:
                         compiling = policy is not None and policy.compiled
-                        params = kernel.sample(params)
+                        if flat_kernel:
+                            theta = kernel.sample_flat(theta)
+                            params = kernel.unflatten(theta)
+                        else:
+                            params = kernel.sample(params)
                         hook(kernel, params, ("Warmup" if warmup else "Sample") + label,
                              t if warmup else t - self.warmup_steps)
                         if not warmup:
                             flat = [params[name].reshape(-1) for name in save_params]
                             flat = (torch.cat if flat else torch.tensor)(flat)
-                            pending.append(flat)
+                            if ck is not None:
+                                pending.append(flat)
                     except KeyboardInterrupt:  # a hard stop (deferred_interrupt): the last save stands
+                        if ck is None:
+                            raise
                         raise ck.stopped(f"iteration {t + 1} of chain {chain}") from None
                     if not warmup:
                         yield flat, chain
+                    if ck is None:
+                        continue
                     if interrupt.requested:
                         interrupt.acknowledge()
                         save(t + 1)
@@ -153,10 +214,12 @@ class _CheckpointedSampler(_UnarySampler):
                     if ck.due() or (policy is not None and policy.compiled and not compiling):
                         save(t + 1)
             diagnostics = kernel.diagnostics()
-            flush()
-            finished.append({"structure": structure, "chunks": list(chunks), "diagnostics": diagnostics})
-            ck.save({"chain": chain + 1, "rng": rng_state(), "chunks": [], "draws": 0, "finished": finished},
-                    chain=chain + 1, iteration=0, draws=0)
+            progress.close()
+            if ck is not None:
+                flush()
+                finished.append({"structure": structure, "chunks": list(chunks), "diagnostics": diagnostics})
+                ck.save({"chain": chain + 1, "rng": rng_state(), "chunks": [], "draws": 0, "finished": finished},
+                        chain=chain + 1, iteration=0, draws=0)
             yield diagnostics, chain
             kernel.cleanup()
 
@@ -198,8 +261,10 @@ class MCMC(PyroMCMC):
                                          initial_params=self.sampler.initial_params, hook=hook_fn)
         if checkpoint is not None:
             checkpoint.externals.setdefault("kernel.model", getattr(kernel, "model", None))
-            self.sampler = _CheckpointedSampler(kernel, num_samples, self.warmup_steps, num_chains, disable_progbar,
-                                                self.sampler.initial_params, hook_fn, checkpoint)
+        if checkpoint is not None or (isinstance(kernel, FlatKernel) and isinstance(self.sampler, _UnarySampler)):
+            # bnnzoo's loop (_Sampler): a flat kernel's point goes from step to step as it is; saves
+            self.sampler = _Sampler(kernel, num_samples, self.warmup_steps, num_chains, disable_progbar,
+                                    self.sampler.initial_params, hook_fn, checkpoint)
 
     def run(self, *args, **kwargs):
         if self._vectorized_chains is not None:

@@ -233,15 +233,15 @@ def rwmh_sample(monkeypatch):
     from bnnzoo.inference import ENGINES
 
     kernel = ENGINES["rwmh"].kernel
-    real, calls, hooks = kernel.sample, [0], {}
+    real, calls, hooks = kernel.sample_flat, [0], {}  # one iteration of bnnzoo's MCMC loop
 
-    def sample(self, params):
+    def sample_flat(self, theta):
         calls[0] += 1
         if calls[0] in hooks:
             hooks[calls[0]]()
-        return real(self, params)
+        return real(self, theta)
 
-    monkeypatch.setattr(kernel, "sample", sample)
+    monkeypatch.setattr(kernel, "sample_flat", sample_flat)
     return calls, hooks
 
 

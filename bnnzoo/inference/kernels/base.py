@@ -247,13 +247,20 @@ class FlatKernel(MCMCKernel):
         raise NotImplementedError
 
     def sample(self, params: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        theta = self.flatten(params)
-        if self._cache is not None and torch.equal(self._cache[0], theta):
-            theta = self._cache[0]
+        """Pyro's step on a site dict: :meth:`sample_flat` on its ``[C, D]`` point."""
+        return self.unflatten(self.sample_flat(self.flatten(params)))
+
+    def sample_flat(self, theta: Tensor) -> Tensor:
+        """One iteration on ``[C, D]``: :meth:`transition`, its statistics recorded. bnnzoo's MCMC loop
+        calls it with the point the last call returned (the chains' current point, whose potential
+        and state the kernel holds); another equal point is taken as that one."""
+        cache = self._cache
+        if cache is not None and cache[0] is not theta and torch.equal(cache[0], theta):
+            theta = cache[0]
         theta_new, stats = self.transition(theta)
         self._record(stats)
         self._t += 1
-        return self.unflatten(theta_new)
+        return theta_new
 
     def _record(self, stats: Mapping[str, Tensor]) -> None:
         row = self._host_row(stats)
