@@ -73,3 +73,65 @@ def test_chain_method_errors_name_the_option():
         MCMC(PyroNUTS(regression), num_samples=5, num_chains=2, chain_method="vectorized")
     with pytest.raises(ValueError, match="num_chains must be >= 2 for ChEES trajectory adaptation"):
         pyro.infer.MCMC(ChEESHMC(regression), num_samples=5, warmup_steps=5, disable_progbar=True).run(X, Y)
+
+
+@pytest.mark.parametrize("chain_method", ["vectorized", "sequential"])
+def test_bnnzoos_loop_gives_pyros_draws_and_hooks(chain_method):
+    """bnnzoo's own loop (the [C, D] point from step to step) gives the draws, statistics and hook calls of
+    Pyro's loop (``pyro.infer.MCMC``, which steps through ``kernel.sample(params)``) at the same seed:
+    ChEES on 2 vectorized chains (one batch for Pyro's loop), random-walk MH on one chain."""
+    from pyro.infer import MCMC as PyroMCMC
+
+    def draws(driver, **kwargs):
+        calls = []
+        pyro.set_rng_seed(3)
+        if chain_method == "vectorized":
+            kernel = ChEESHMC(regression)
+            kernel.set_num_chains(2)
+        else:
+            kernel = RandomWalkMH(regression, scale=0.2)
+        mcmc = driver(kernel, num_samples=15, warmup_steps=15, disable_progbar=True,
+                      hook_fn=lambda k, params, stage, i: calls.append((stage, i, params["w"].clone())), **kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mcmc.run(X, Y)
+        stats = [d["sample_stats"] for d in mcmc._diagnostics]  # ours: one per chain; Pyro's: [draws, C]
+        stats = {k: np.stack([np.asarray(one[k]) for one in stats], -1).reshape(15, -1) for k in stats[0]}
+        return mcmc.get_samples()["w"], stats, calls
+
+    vectorized = chain_method == "vectorized"
+    ours = draws(MCMC, num_chains=2 if vectorized else 1, chain_method=chain_method)
+    pyros = draws(PyroMCMC, num_chains=1)
+    # ours: [C * draws, 2], chain by chain; Pyro's one chain holding the batch: [draws, C, 2]
+    want = pyros[0].movedim(1, 0).reshape(-1, 2) if vectorized else pyros[0]
+    assert ours[0].shape == (30 if vectorized else 15, 2) and torch.equal(ours[0], want)
+    assert ours[1].keys() == pyros[1].keys() and "acceptance_rate" in ours[1]
+    for name in ours[1]:
+        np.testing.assert_array_equal(ours[1][name], pyros[1][name])
+    assert [c[:2] for c in ours[2]] == [c[:2] for c in pyros[2]] and len(ours[2]) == 30
+    assert all(torch.equal(a[2], b[2]) for a, b in zip(ours[2], pyros[2]))
+
+
+def test_the_progress_line_is_built_only_when_a_bar_shows_it(monkeypatch):
+    """Pyro builds the kernel's progress line at every iteration; bnnzoo's loop only when a bar shows it,
+    at most every LOG_EVERY seconds."""
+    from bnnzoo.inference import mcmc as mcmc_module
+
+    calls = [0]
+    real = RandomWalkMH.logging
+
+    def logging(self):
+        calls[0] += 1
+        return real(self)
+
+    monkeypatch.setattr(RandomWalkMH, "logging", logging)
+    for shown in (False, True):
+        calls[0] = 0
+        mcmc = MCMC(RandomWalkMH(regression, scale=0.2), num_samples=200, warmup_steps=200, num_chains=2,
+                    chain_method="vectorized", disable_progbar=not shown)
+        assert isinstance(mcmc.sampler, mcmc_module._Sampler)
+        mcmc.run(X, Y)
+        if not shown:
+            assert calls[0] == 0
+        else:
+            assert 1 <= calls[0] < 400
