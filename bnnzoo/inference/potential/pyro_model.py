@@ -22,10 +22,16 @@ from pyro.poutine.subsample_messenger import SubsampleMessenger, _Subsample
 from torch.distributions.transforms import identity_transform
 
 from ...models.l1 import laplace_l1_weight
+from ..traced_graphs import TracedGraphs
 from .base import FlatPotential, is_identity
 from .vectorized import BATCHINGS, disagreement, plate_layout, plate_log_joint, vmap_log_joint
 
 Tensor = torch.Tensor
+
+
+def _validation_off():
+    """Pyro's and torch's argument validation switched off (a context manager)."""
+    return pyro.validation_enabled(False)
 
 
 #: what a distribution's argument validation says about a value outside its support
@@ -244,7 +250,7 @@ class PyroPotential(FlatPotential):
     them (:meth:`check_minibatch`).
     """
 
-    def __init__(self, model: Callable, args=(), kwargs=None, vectorize: bool = True):
+    def __init__(self, model: Callable, args=(), kwargs=None, vectorize: bool = True, trace: bool = True):
         self._model, self._args, self._kwargs = model, tuple(args), dict(kwargs or {})
         data = [a for a in (*self._args, *self._kwargs.values()) if torch.is_tensor(a)]
         self.device = data[0].device if data else None  # the data's; without data, torch's default
@@ -266,6 +272,11 @@ class PyroPotential(FlatPotential):
         self._layout_cache = None
         #: batched calls whose trace raised after the batching was chosen, evaluated chain by chain instead
         self.unbatched_calls = 0
+        #: the batched value and gradient replayed as one graph of operations after a few calls
+        #: (:mod:`~bnnzoo.inference.traced_graphs`; traced with argument validation off, which checks
+        #: values in Python; ``trace=False``: never)
+        self.traced = TracedGraphs(self._chains_value_and_grad, context=_validation_off,
+                                   **({} if trace else {"after": 0}))
         self.names = sorted(init)
         self.shapes = {n: tuple(init[n].shape) for n in self.names}
         self.transforms = {n: transforms.get(n, identity_transform) for n in self.names}
@@ -296,7 +307,7 @@ class PyroPotential(FlatPotential):
     def value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
         if theta.dim() > 1 and self._batched(theta):
             try:
-                return self._batched_value_and_grad(theta, self.chain_batching)
+                return self.traced(theta)
             except Exception:  # e.g. a value that a validating distribution refuses: chain by chain
                 self.unbatched_calls += 1
         if theta.dim() > 1:
@@ -351,13 +362,19 @@ class PyroPotential(FlatPotential):
         return torch.where(finite, -log_joint, torch.full_like(log_joint, float("nan")))
 
     def _batched_value_and_grad(self, theta: Tensor, batching: str) -> tuple[Tensor, Tensor]:
+        """``[C]`` values and ``[C, D]`` gradients in one trace; NaN rows where the value is not finite
+        (no branch on the values: :attr:`traced` records this function as it runs)."""
         theta = theta.detach().requires_grad_(True)
         with torch.enable_grad():
             value = self._batched_value(theta, batching)
             (grad,) = torch.autograd.grad(value.sum(), theta)
         nan = ~torch.isfinite(value)
-        grad = torch.where(nan[:, None], torch.full_like(grad, float("nan")), grad) if nan.any() else grad
+        grad = torch.where(nan[:, None], torch.full_like(grad, float("nan")), grad)
         return value.detach(), grad
+
+    def _chains_value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`_batched_value_and_grad` with the chosen batching (what :attr:`traced` runs)."""
+        return self._batched_value_and_grad(theta, self.chain_batching)
 
     def _plate_layout(self) -> tuple[int, dict[str, int]]:
         if self._layout_cache is None:
@@ -411,6 +428,9 @@ class PyroPotential(FlatPotential):
         if not self._batching_note:
             return {}
         note = self._batching_note
+        traced = self.traced.note()
+        if traced is not None and self.chain_batching not in (None, "loop"):
+            note += f"; {traced}"
         if self.unbatched_calls:
             note += f"; {self.unbatched_calls} call(s) chain by chain where the batched trace raised"
         return {"chain_batching": note}
