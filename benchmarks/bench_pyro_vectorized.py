@@ -4,9 +4,10 @@
 Pyro model (a chain plate outside the model's plates, else ``torch.func.vmap``) where the model
 allows it, and one trace per chain otherwise. This script measures, one torch thread, float32:
 
-* ``potential``: one value-and-gradient call for C = 8 chains, batched vs the per-chain loop
-  (``vectorize=False``), alternating within each of ``--rounds`` rounds (median per call of
-  :func:`common.time_call`), on eight schools (non-centred, D = 10), and a Bayesian logistic
+* ``potential``: one value-and-gradient call for C = 8 chains: batched and replayed from its traced
+  graph (the default, after :data:`~bnnzoo.inference.traced_graphs.TRACE_AFTER` calls), batched
+  without the graph (``trace=False``) and the per-chain loop (``vectorize=False``), in turn within
+  each of ``--rounds`` rounds (median per call of :func:`common.time_call`), on eight schools (non-centred, D = 10), and a Bayesian logistic
   regression on scikit-learn's breast-cancer data (569 rows, 30 standardised features, D = 31)
   written twice: with Pyro's broadcasting (``(x * w).sum(-1)``: the chain plate) and with
   ``x @ w`` (one chain's shapes: vmap).
@@ -14,7 +15,8 @@ allows it, and one trace per chain otherwise. This script measures, one torch th
   NumPyro's twin writes ``x @ w``) end to end, ``--seeds`` seeds interleaved: bnnzoo's default engine (ChEES, 8 vectorized chains x ``--draws / 8`` after
   ``--warmup``, under ``bnnzoo.inference.MCMC``) against NumPyro's NUTS (its defaults, 2 chains x
   ``--draws / 2`` after ``--warmup``, run in turn, its JIT compile inside the timed run: the
-  ``bench`` extra). ESS is the smallest bulk ESS of lp and of every latent coordinate (ArviZ);
+  ``bench`` extra), and the same ChEES without the traced graph (``trace=False``, its draws the
+  same). ESS is the smallest bulk ESS of lp and of every latent coordinate (ArviZ);
   ESS/s counts only runs that pass the gate (R-hat <= 1.1 and ESS >= 100). ``--with-loop`` adds
   ChEES on the per-chain loop (one seed: it is slow).
 
@@ -45,6 +47,7 @@ from pyro_models import (eight_schools, logistic_broadcasting, logistic_matmul, 
 
 from bnnzoo.inference import MCMC, ChEESHMC  # noqa: E402
 from bnnzoo.inference.potential import PyroPotential, initial_theta  # noqa: E402
+from bnnzoo.inference.traced_graphs import TRACE_AFTER  # noqa: E402
 
 MAX_RHAT, MIN_ESS = 1.1, 100
 def breast_cancer():
@@ -65,17 +68,21 @@ def measure_potential(rounds: int, chains: int = 8) -> list[dict]:
     for name, model, args in (("eight schools", eight_schools, schools_data()),
                               ("logistic regression, broadcasting", logistic_broadcasting, breast_cancer()),
                               ("logistic regression, x @ w", logistic_matmul, breast_cancer())):
-        batched, loop = PyroPotential(model, args), PyroPotential(model, args, vectorize=False)
-        theta = initial_theta(batched, chains, generator=torch.Generator().manual_seed(0))
-        times = {"batched": [], "loop": []}
+        pots = {"traced": PyroPotential(model, args), "batched": PyroPotential(model, args, trace=False),
+                "loop": PyroPotential(model, args, vectorize=False)}
+        theta = initial_theta(pots["traced"], chains, generator=torch.Generator().manual_seed(0))
+        for _ in range(TRACE_AFTER):  # the traced potential replays its graph from here on
+            pots["traced"].value_and_grad(theta)
+        times = {which: [] for which in pots}
         before = load()
         for i in range(rounds):
-            for which in ("batched", "loop") if i % 2 == 0 else ("loop", "batched"):
-                pot = batched if which == "batched" else loop
+            for which in list(pots) if i % 2 == 0 else list(pots)[::-1]:
+                pot = pots[which]
                 times[which].append(time_call(lambda: pot.value_and_grad(theta), min_time=0.5, repeats=3))
-        batched_s, loop_s = statistics.median(times["batched"]), statistics.median(times["loop"])
-        rows.append({"model": name, "D": batched.dim, "chains": chains, "batching": batched.chain_batching,
-                     "loop_ms": 1e3 * loop_s, "batched_ms": 1e3 * batched_s, "speedup": loop_s / batched_s,
+        traced_s, batched_s, loop_s = (statistics.median(times[w]) for w in ("traced", "batched", "loop"))
+        rows.append({"model": name, "D": pots["traced"].dim, "chains": chains, "batching": pots["traced"].chain_batching,
+                     "traced": pots["traced"].traced.traced, "loop_ms": 1e3 * loop_s, "batched_ms": 1e3 * batched_s,
+                     "traced_ms": 1e3 * traced_s, "speedup": loop_s / batched_s, "traced_speedup": batched_s / traced_s,
                      **{f"{k}_before": v for k, v in before.items()}, **{f"{k}_after": v for k, v in load().items()}})
         print(rows[-1], flush=True)
     return rows
@@ -106,19 +113,23 @@ SAMPLED = {"eight schools": (eight_schools, schools_data, "schools"),
            "logistic regression": (logistic_broadcasting, breast_cancer, "logistic")}
 
 
-def bnnzoo_chees(model_name: str, seed: int, draws: int, warmup: int, vectorize: bool = True) -> dict:
+def bnnzoo_chees(model_name: str, seed: int, draws: int, warmup: int, vectorize: bool = True,
+                 trace: bool = True) -> dict:
     model, data, _ = SAMPLED[model_name]
     args = data()
     pyro.set_rng_seed(seed)
     start = time.perf_counter()
-    kernel = ChEESHMC(model) if vectorize else ChEESHMC(potential=PyroPotential(model, args, vectorize=False))
+    if vectorize and trace:
+        kernel = ChEESHMC(model)
+    else:
+        kernel = ChEESHMC(potential=PyroPotential(model, args, vectorize=vectorize, trace=trace))
     mcmc = MCMC(kernel, num_samples=draws // 8, warmup_steps=warmup, num_chains=8, chain_method="vectorized",
                 disable_progbar=True)
     mcmc.run(*args)
     wall = time.perf_counter() - start
     stats = mcmc.sample_stats()
     samples = {k: v.numpy() for k, v in mcmc.get_samples(group_by_chain=True).items()}
-    label = "bnnzoo chees, 8 chains" + ("" if vectorize else " (per-chain loop)")
+    label = "bnnzoo chees, 8 chains" + ("" if vectorize else " (per-chain loop)") + ("" if trace else " (untraced)")
     return {"model": model_name, **score(label, seed, wall, np.asarray(stats["lp"]), coordinates(samples),
             {"batching": mcmc.kernel.potential.chain_batching,
              "grads_per_draw": float(np.mean(stats["n_steps"])) if "n_steps" in stats else None, **load()})}
@@ -169,7 +180,8 @@ def numpyro_nuts(model_name: str, seed: int, draws: int, warmup: int) -> dict:
 def measure_sampling(models: list[str], seeds: int, draws: int, warmup: int, with_loop: bool) -> list[dict]:
     rows = []
     for name in models:
-        plan = [lambda s: bnnzoo_chees(name, s, draws, warmup)]
+        plan = [lambda s: bnnzoo_chees(name, s, draws, warmup),
+                lambda s: bnnzoo_chees(name, s, draws, warmup, trace=False)]
         if npm.AVAILABLE:
             plan.append(lambda s: numpyro_nuts(name, s, draws, warmup))
         for seed in range(seeds):
@@ -223,16 +235,19 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     payload = {"machine": machine(), "args": vars(args), "potential": measure_potential(args.rounds)}
     table = ("Value and gradient of a plain Pyro model's potential for 8 chains, float32, one thread: one "
-             "batched trace against one trace per chain (medians of interleaved rounds).\n\n"
-             + markdown_table(payload["potential"], ["model", "D", "chains", "batching", "loop_ms", "batched_ms",
-                                                     "speedup", "load_1min_before", "load_1min_after"]))
+             "batched trace against one trace per chain (speedup), and the batched call replayed from its traced "
+             "graph against the batched trace (traced_speedup; medians of interleaved rounds).\n\n"
+             + markdown_table(payload["potential"], ["model", "D", "chains", "batching", "traced", "loop_ms",
+                                                     "batched_ms", "traced_ms", "speedup", "traced_speedup",
+                                                     "load_1min_before", "load_1min_after"]))
     write_results("pyro_vectorized", payload, table)  # the potential's part is on disk before sampling starts
     if not args.skip_sampling:
         payload["sampling"] = measure_sampling(args.models, args.seeds, args.draws, args.warmup, args.with_loop)
         payload["sampling_summary"] = summarise(payload["sampling"])
         table += (f"\n\n{', '.join(args.models).capitalize()}, end to end: bnnzoo's default engine (ChEES, 8 vectorized "
                   f"chains x {args.draws // 8}) against NumPyro's NUTS (2 chains x {args.draws // 2}, JIT "
-                  f"included), {args.warmup} warm-up iterations each, seeds interleaved; medians over seeds; "
+                  f"included), {args.warmup} warm-up iterations each, and the same ChEES without the traced graph "
+                  "(untraced: the same draws), seeds interleaved; medians over seeds; "
                   "ESS: the smallest bulk ESS of lp and every latent coordinate; ESS/s 0 unless R-hat <= 1.1 "
                   "and ESS >= 100.\n\n"
                   + markdown_table(payload["sampling_summary"], ["model", "engine", "seeds", "converged", "wall_s",

@@ -59,11 +59,14 @@ def test_bench_pyro_vectorized_times_both_paths_and_scores_a_run(monkeypatch):
     payload = written["payload"]
     assert written["name"] == "pyro_vectorized"
     assert [r["batching"] for r in payload["potential"]] == ["plate", "plate", "vmap"]
-    assert all(r["loop_ms"] > 0 and r["batched_ms"] > 0 for r in payload["potential"])
-    (row,) = payload["sampling"]
+    assert all(r["loop_ms"] > 0 and r["batched_ms"] > 0 and r["traced_ms"] > 0 for r in payload["potential"])
+    assert all(r["traced"] for r in payload["potential"])  # each runs on its graph when timed
+    row, untraced = payload["sampling"]
     assert row["model"] == "eight schools" and row["engine"] == "bnnzoo chees, 8 chains"
+    assert untraced["engine"] == "bnnzoo chees, 8 chains (untraced)"
     assert row["batching"] == "plate" and row["draws"] == 64
     assert row["wall_s"] > 0 and row["ess_min"] > 0 and row["rhat_max"] > 0
+    assert (row["ess_min"], row["rhat_max"]) == (untraced["ess_min"], untraced["rhat_max"])  # the same draws
 
 
 def _bench_posteriors(monkeypatch):
