@@ -577,6 +577,7 @@ def main(argv=None) -> list[dict]:
             rows = previous["rows"]
             kept = [n for n in previous.get("notes") or [] if n not in notes and not n.startswith(STALE_NOTES)]
             payload["notes"] = notes + kept  # the notes written by hand on the rows kept stay with them
+            payload["tasks"] = {**previous.get("tasks", {}), **payload["tasks"]}  # the problems not run now too
             for key in ("mile",):
                 if key in previous:
                     payload[key] = previous[key]
