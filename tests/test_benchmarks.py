@@ -111,6 +111,33 @@ def test_bench_posteriors_smoke_with_numpyro(monkeypatch, tmp_path):
     _check_posterior_rows(rows, ["bnnzoo mclmc", "bnnzoo mams", "bnnzoo chees", "ensemble", "numpyro nuts"], 8000)
 
 
+def test_bench_posteriors_methods_adds_rows_and_keeps_the_others(monkeypatch, tmp_path):
+    """``--methods``: only the methods named run; the rows and hand-written notes of a results file
+    with the same settings are kept as they were, and the problems' tasks of the file too. Without
+    BlackJAX installed the MILE row is skipped with a note saying so."""
+    bench = _bench_posteriors(monkeypatch)
+    find_spec = bench.importlib.util.find_spec
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name: None if name == "blackjax" else find_spec(name))
+    argv = ["--smoke", "--skip-numpyro", "--out", str(tmp_path)]
+    kept = {"problem": "diabetes", "method": "bnnzoo mclmc", "seed": 0, "chains": 4, "draws": 10, "grad_members": 1,
+            "grad_total": 2, "wall_s": 1.0, "lppd": -1.0, "rmse": 0.7, "ece": 0.1, "coverage": 0.9, "w2": 0.1,
+            "tv": 0.1, "rhat_f_within": 1.0, "modes": 1, "note": ""}
+    args = bench.argparse.Namespace(members=2, chains=2, warmup=30, budget=8000, pilot_draws=20, draws=40,
+                                    mclmc_thin=2, numpyro_chunk=10, numpyro_warmup=10)
+    previous = {"name": "posteriors_smoke", "settings": bench.settings(args), "rows": [kept],
+                "notes": ["a note on the diabetes row", "BlackJAX's MILE (ensemble + MCLMC) is not run by this script."],
+                "tasks": {"diabetes": "regression"}}
+    (tmp_path / "posteriors_smoke.json").write_text(json.dumps(previous))
+    rows = bench.main([*argv, "--methods", "ensemble"])
+    assert [r["method"] for r in rows] == ["bnnzoo mclmc", "ensemble"] and rows[0] == kept
+    written = json.loads((tmp_path / "posteriors_smoke.json").read_text())
+    assert "a note on the diabetes row" in written["notes"]
+    assert not any(n.startswith("BlackJAX's MILE (ensemble") for n in written["notes"])  # a stale note dropped
+    assert "BlackJAX MILE skipped (blackjax or numpyro not installed: the bench extra)." in written["notes"]
+    assert written["tasks"] == {"diabetes": "regression", "wine": "classification"}
+    assert "| bnnzoo mclmc | -1 | 0.7 |" in (tmp_path / "posteriors_smoke.md").read_text()
+
+
 def _gaussian_counting_density():
     """N(0, I_3) x N(0, 4 I_2) as a JAX log density of ``{"a", "b"}``, and the count of its evaluations."""
     import jax
