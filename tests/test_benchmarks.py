@@ -125,7 +125,8 @@ def test_bench_posteriors_methods_adds_rows_and_keeps_the_others(monkeypatch, tm
     args = bench.argparse.Namespace(members=2, chains=2, warmup=30, budget=8000, pilot_draws=20, draws=40,
                                     mclmc_thin=2, numpyro_chunk=10, numpyro_warmup=10)
     previous = {"name": "posteriors_smoke", "settings": bench.settings(args), "rows": [kept],
-                "notes": ["a note on the diabetes row", "BlackJAX's MILE (ensemble + MCLMC) is not run by this script."],
+                "notes": ["a note on the diabetes row",
+                          "BlackJAX's MILE (ensemble + MCLMC) is not run by this script."],
                 "tasks": {"diabetes": "regression"}}
     (tmp_path / "posteriors_smoke.json").write_text(json.dumps(previous))
     rows = bench.main([*argv, "--methods", "ensemble"])
