@@ -217,10 +217,12 @@ class MileSettings:
     """MILE's settings (Sommer, Robnik, Nozadze, Seljak, Rügamer, "Microcanonical Langevin Ensembles",
     ICLR 2025), as its public code runs them (repository ``EmanuelSommer/MILE``, commit 2c6dd8d):
 
-    * per member, one chain; unadjusted MCLMC with BlackJAX's ``isokinetic_mclachlan`` integrator and an
-      identity preconditioner (``src/training/warmup.py``, ``custom_mclmc_warmup``, lines 522-531;
-      ``diagonal_preconditioning: false`` in every config, e.g. ``experiments/replicate_uci/mclmc.yaml``
-      line 37); the chain starts at its member's point (``use_warmup_as_init: true``, line 36);
+    * per member, one chain, started at the member's fitted point, on the full-batch log posterior of
+      the training data (``src/training/trainer.py`` lines 549-577); unadjusted MCLMC with BlackJAX's
+      ``isokinetic_mclachlan`` integrator and an identity preconditioner (``src/training/warmup.py``,
+      ``custom_mclmc_warmup``, lines 522-531; ``diagonal_preconditioning: false`` in every config, e.g.
+      ``experiments/replicate_uci/mclmc.yaml`` line 37); sampling goes on from the tuned state
+      (``use_warmup_as_init: true``, line 36);
     * tuning: ``warmup_steps: 50000`` integration steps (line 33), split 0.8 / 0.1 / 0.1 into the three
       phases of BlackJAX's ``mclmc_find_L_and_step_size`` (``warmup.py`` line 543: step size, then L from
       the phase-2 variances, then L from the phase-3 ESS with ``Lfactor=0.4``, line 225); MILE's copy of
@@ -247,7 +249,8 @@ class MileSettings:
     one desired energy variance per call, so MILE's linear decay is run as ``schedule_stages`` calls of
     equal length over phase 1 plus one for phases 2-3, each at the schedule's value at its midpoint
     (the step-size average and the cap set by a divergence restart at each call; the state, step
-    size and L carry over).
+    size and L carry over). MILE pins ``blackjax`` 1.2.2 and ``jax`` 0.4.28 (``pyproject.toml`` lines
+    11-12); the row runs the installed releases, whose versions the results file records.
     """
 
     tune_steps: int = 50_000
@@ -578,11 +581,15 @@ def main(argv=None) -> list[dict]:
             kept = [n for n in previous.get("notes") or [] if n not in notes and not n.startswith(STALE_NOTES)]
             payload["notes"] = notes + kept  # the notes written by hand on the rows kept stay with them
             payload["tasks"] = {**previous.get("tasks", {}), **payload["tasks"]}  # the problems not run now too
-            for key in ("mile",):
+            for key in ("mile", "mile_versions"):
                 if key in previous:
                     payload[key] = previous[key]
     if have_blackjax and "blackjax mile" in selected:
+        import blackjax
+        import jax
+
         payload["mile"] = dataclasses.asdict(MILE)
+        payload["mile_versions"] = {"blackjax": blackjax.__version__, "jax": jax.__version__}
     done = {(r["problem"], r["method"], r["seed"]) for r in rows}
     for problem in args.problems:
         reference = load_reference(problem)
