@@ -25,7 +25,15 @@ Methods, per problem and seed (the seed of the members, the chains and NumPyro's
   chunks until the members', warm-up's and draws' gradients reach G (the draws past G dropped, as
   bnnzoo's ``budget`` does). Its wall time is the members' fits plus NumPyro's warm-up and sampling,
   JAX's compilation included. Skipped (with a note) where NumPyro is not installed.
-* BlackJAX's MILE (ensemble + MCLMC) is not run here (not implemented in this script).
+* ``blackjax mile``: MILE (Microcanonical Langevin Ensembles, Sommer et al., ICLR 2025): BlackJAX's
+  unadjusted MCLMC from each of the same K members (one chain a member, as MILE), tuned and sampled
+  with MILE's settings (:class:`MileSettings`, with the sources in its public code) on the NumPyro
+  row's log density: its 50000 tuning and 10000 sampling integration steps scaled to what G leaves
+  after the members (the same ratio, phases 0.8 / 0.1 / 0.1, every 10th step kept; two gradients a
+  step, one at each chain's start). What differs from MILE (bnnzoo's K members instead of its 12,
+  the staircase of its energy-variance decay) is in the class's docstring and the report's notes.
+  Its wall time is the members' fits plus the chains, JAX's compilation included. Skipped (with a
+  note) where BlackJAX or NumPyro is not installed, or with ``--skip-blackjax``.
 
 Reported per row: test LPPD (per point), RMSE (regression, standardised units) or accuracy, ECE,
 coverage of the 90% interval (regression); against the reference: ``agreement`` and ``tv``
@@ -36,8 +44,9 @@ evaluations (members and all) and the wall time. Every finished row is written t
 them), with the medians over seeds in ``<name>.md``.
 
 Usage: ``python benchmarks/bench_posteriors.py [--problems diabetes breast_cancer wine] [--seeds 0 1 2]
-[--members 4] [--chains 2] [--warmup 300] [--budget 60000] [--skip-numpyro] [--smoke] [--out DIR]
-[--name posteriors] [--retable]``.
+[--members 4] [--chains 2] [--warmup 300] [--budget 60000] [--skip-numpyro] [--skip-blackjax]
+[--methods "blackjax mile" ...] [--smoke] [--out DIR] [--name posteriors] [--retable]``; ``--methods``
+runs only the methods named and keeps the rows of the others already in the results file.
 """
 
 from __future__ import annotations
@@ -73,7 +82,7 @@ BNNZOO_ENGINES = ("mclmc", "mams", "chees")
 #: draws planned beyond the pilot's estimate (another seed's warm-up and trajectories differ; budget= drops the rest)
 PLAN_MARGIN = 1.2
 #: the order of the methods in the tables
-METHODS = ["ensemble", *(f"bnnzoo {e}" for e in BNNZOO_ENGINES), "numpyro nuts"]
+METHODS = ["ensemble", *(f"bnnzoo {e}" for e in BNNZOO_ENGINES), "numpyro nuts", "blackjax mile"]
 LIKELIHOOD = {"GaussianLikelihood": "gaussian", "Bernoulli": "bernoulli", "Categorical": "categorical"}
 
 
@@ -200,6 +209,246 @@ def numpyro_row(problem, seed, args, reference, members_run):
                      note=f"dropped {dropped:.0f}")
 
 
+# ---------------------------------------------------------------- BlackJAX MILE
+
+
+@dataclasses.dataclass(frozen=True)
+class MileSettings:
+    """MILE's settings (Sommer, Robnik, Nozadze, Seljak, Rügamer, "Microcanonical Langevin Ensembles",
+    ICLR 2025), as its public code runs them (repository ``EmanuelSommer/MILE``, commit 2c6dd8d):
+
+    * per member, one chain, started at the member's fitted point, on the full-batch log posterior of
+      the training data (``src/training/trainer.py`` lines 549-577); unadjusted MCLMC with BlackJAX's
+      ``isokinetic_mclachlan`` integrator and an identity preconditioner (``src/training/warmup.py``,
+      ``custom_mclmc_warmup``, lines 522-531; ``diagonal_preconditioning: false`` in every config, e.g.
+      ``experiments/replicate_uci/mclmc.yaml`` line 37); sampling goes on from the tuned state
+      (``use_warmup_as_init: true``, line 36);
+    * tuning: ``warmup_steps: 50000`` integration steps (line 33), split 0.8 / 0.1 / 0.1 into the three
+      phases of BlackJAX's ``mclmc_find_L_and_step_size`` (``warmup.py`` line 543: step size, then L from
+      the phase-2 variances, then L from the phase-3 ESS with ``Lfactor=0.4``, line 225); MILE's copy of
+      the tuner starts from ``L = max(sqrt(d), 15)`` and ``step_size_init`` (lines 205-208: 0.001 in the
+      regression configs, ``mclmc.yaml`` line 42; 0.01 in the classification ones,
+      ``experiments/tabluar_classif/wine_red.yaml`` line 42, ``additional_tasks/ionosphere_classif.yaml``
+      line 42) and decays the desired energy variance linearly over phases 1-2 from 0.5 to 0.1
+      (``desired_energy_var_start/_end``, ``mclmc.yaml`` lines 39-40; schedule ``warmup.py`` lines
+      249-256); ``trust_in_estimate: 1.5``, ``num_effective_samples: 100`` (lines 41, 38);
+    * sampling: ``n_samples: 10000`` integration steps, every ``n_thinning: 10``-th kept (lines 35, 43;
+      ``src/training/sampling.py`` lines 140-176): 1000 draws per member;
+    * members: 12 (``n_chains: 12``, line 34), each fitted with AdamW (``weight_decay`` 1e-3, learning
+      rate 1e-3 in the UCI regression configs and 1e-2 in the classification ones), batch 32, at most 500
+      epochs, early stopping on a 10% validation split with patience 10 (regression) or 20
+      (classification) (``mclmc.yaml`` lines 13-15, 22-30; ``wine_red.yaml`` lines 22-30); N(0, 1)
+      priors (lines 45-47).
+
+    What this benchmark keeps and changes (said in the row's note and the report): the members are
+    bnnzoo's K members of the same seed (AdamW on minibatches, validation split, early stopping at
+    bnnzoo's defaults: the same members as every other row, not MILE's 12 with its learning rates);
+    the tuning and sampling steps are scaled to the run's gradient budget in MILE's ratio
+    (50000 : 10000 integration steps, phases 0.8 : 0.1 : 0.1, thinning 10); and the tuner is the
+    BlackJAX release's own ``mclmc_find_L_and_step_size`` (not MILE's copy of an older one): it takes
+    one desired energy variance per call, so MILE's linear decay is run as ``schedule_stages`` calls of
+    equal length over phase 1 plus one for phases 2-3, each at the schedule's value at its midpoint
+    (the step-size average and the cap set by a divergence restart at each call; the state, step
+    size and L carry over). MILE pins ``blackjax`` 1.2.2 and ``jax`` 0.4.28 (``pyproject.toml`` lines
+    11-12); the row runs the installed releases, whose versions the results file records.
+    """
+
+    tune_steps: int = 50_000
+    sample_steps: int = 10_000
+    thinning: int = 10
+    phase_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    desired_energy_var_start: float = 0.5
+    desired_energy_var_end: float = 0.1
+    trust_in_estimate: float = 1.5
+    num_effective_samples: int = 100
+    diagonal_preconditioning: bool = False
+    l_factor: float = 0.4
+    L_init_floor: float = 15.0
+    step_size_init_regression: float = 1e-3
+    step_size_init_classification: float = 1e-2
+    integrator: str = "isokinetic_mclachlan"
+    chains_per_member: int = 1
+    members: int = 12
+    schedule_stages: int = 8
+    #: gradient evaluations: one at each chain's start, two per McLachlan step (the last is reused)
+    grads_per_step: int = 2
+
+    def step_size_init(self, task: str) -> float:
+        return self.step_size_init_regression if task == "regression" else self.step_size_init_classification
+
+    def desired_energy_var(self, step: float, phase12_steps: int) -> float:
+        """MILE's linear schedule at tuning step ``step`` of phases 1-2 (``phase12_steps`` long)."""
+        progress = min(step / (phase12_steps + 1), 1.0)
+        return self.desired_energy_var_start - (self.desired_energy_var_start - self.desired_energy_var_end) * progress
+
+
+MILE = MileSettings()
+
+
+def mile_plan(budget: int | None, member_grads: int, members: int, settings: MileSettings = MILE) -> dict | None:
+    """Integration steps per chain for each tuning phase and for sampling, and the draws kept: MILE's own
+    counts where ``budget`` is None, else the steps the budget leaves after the members (one chain per
+    member, MILE's ratio of tuning to sampling steps, sampling a whole number of thinning blocks).
+    None where fewer than one draw's steps are left."""
+    if budget is None:
+        tune, sample = settings.tune_steps, settings.sample_steps
+    else:
+        per_chain = (budget - member_grads) // members - 1  # one gradient at each chain's start
+        steps = per_chain // settings.grads_per_step
+        tune = round(steps * settings.tune_steps / (settings.tune_steps + settings.sample_steps))
+        sample = (steps - tune) // settings.thinning * settings.thinning
+    f1, f2, _ = settings.phase_fractions
+    phase1, phase2 = round(tune * f1), round(tune * f2)
+    phase3 = tune - phase1 - phase2
+    if sample < settings.thinning or phase1 < settings.schedule_stages or phase2 < 2 or phase3 < 2:
+        return None
+    stages = [phase1 // settings.schedule_stages + (i < phase1 % settings.schedule_stages)
+              for i in range(settings.schedule_stages)]
+    grads = members * (1 + settings.grads_per_step * (tune + sample))
+    return {"phase1": phase1, "phase2": phase2, "phase3": phase3, "stages": stages, "sample": sample,
+            "draws": sample // settings.thinning, "grads": grads}
+
+
+def mile_chains(logdensity, positions, key, plan: dict, task: str, settings: MileSettings = MILE):
+    """MILE's tuning and sampling (``plan``) of one unadjusted MCLMC chain from each of the ``positions``
+    (a pytree with the members on the leading axis), the chains vectorized. Returns the draws (the
+    pytree, ``[K, draws, ...]``), their log densities ``[K, draws]``, the tuned step sizes and Ls
+    ``[K]``, and the integration steps the tuner reports having run (per chain)."""
+    import jax
+
+    members = jax.tree_util.tree_leaves(positions)[0].shape[0]
+    chain = mile_chain(logdensity, plan, task, settings)
+    return jax.block_until_ready(jax.jit(jax.vmap(chain))(positions, jax.random.split(key, members)))
+
+
+def mile_chain(logdensity, plan: dict, task: str, settings: MileSettings = MILE):
+    """``chain(position, key)``: one member's chain of :func:`mile_chains` (to trace, vectorize, compile)."""
+    import blackjax
+    import jax
+    import jax.numpy as jnp
+    from blackjax.adaptation.mclmc_adaptation import MCLMCAdaptationState
+    from blackjax.util import pytree_size
+
+    integrator = getattr(blackjax.mcmc.integrators, settings.integrator)
+    kernel = blackjax.mcmc.mclmc.build_kernel(integrator=integrator)
+    phase12 = plan["phase1"] + plan["phase2"]
+
+    def tune(position, chain_key):
+        init_key, *keys = jax.random.split(chain_key, len(plan["stages"]) + 2)
+        state = blackjax.mcmc.mclmc.init(position=position, logdensity_fn=logdensity, rng_key=init_key)
+        dim = pytree_size(position)
+        params = MCLMCAdaptationState(L=max(math.sqrt(dim), settings.L_init_floor),
+                                      step_size=settings.step_size_init(task), inverse_mass_matrix=jnp.ones((dim,)))
+        common = dict(mclmc_kernel=kernel, logdensity_fn=logdensity, num_steps=1,
+                      trust_in_estimate=settings.trust_in_estimate,
+                      num_effective_samples=settings.num_effective_samples,
+                      diagonal_preconditioning=settings.diagonal_preconditioning, l_factor=settings.l_factor)
+        done, ran = 0, 0
+        for stage, steps in enumerate(plan["stages"]):  # phase 1: the decaying energy variance, staircase
+            state, params, n = blackjax.mclmc_find_L_and_step_size(
+                state=state, rng_key=keys[stage], params=params, frac_tune1=steps, frac_tune2=0, frac_tune3=0,
+                desired_energy_var=settings.desired_energy_var(done + steps / 2, phase12), **common)
+            done, ran = done + steps, ran + n
+        last = settings.desired_energy_var(done + plan["phase2"] / 2, phase12)
+        state, params, n = blackjax.mclmc_find_L_and_step_size(  # phase 2 (L from variances), phase 3 (ESS)
+            state=state, rng_key=keys[-1], params=params, frac_tune1=0, frac_tune2=plan["phase2"],
+            frac_tune3=plan["phase3"], desired_energy_var=last, **common)
+        return state, params, ran + n
+
+    def sample(state, params, chain_key):
+        def block(state, block_key):  # ``thinning`` steps, the last kept
+            def one(state, step_key):
+                state, _ = kernel(step_key, state, logdensity, params.inverse_mass_matrix, params.L, params.step_size)
+                return state, None
+
+            state, _ = jax.lax.scan(one, state, jax.random.split(block_key, settings.thinning))
+            return state, (state.position, state.logdensity)
+
+        _, (draws, lp) = jax.lax.scan(block, state, jax.random.split(chain_key, plan["draws"]))
+        return draws, lp
+
+    def chain(position, chain_key):
+        tune_key, sample_key = jax.random.split(chain_key)
+        state, params, ran = tune(position, tune_key)
+        draws, lp = sample(state, params, sample_key)
+        return draws, lp, params.step_size, params.L, ran
+
+    return chain
+
+
+def mile_logdensity(members_run):
+    """The log density (JAX) of the NumPyro row's model of ``members_run``'s network on its training data,
+    the members' points as a pytree (NumPyro's site names, members on the leading axis), and the
+    NumPyro-to-bnnzoo site names."""
+    import jax
+    import jax.numpy as jnp
+    from numpyro.infer.util import initialize_model
+
+    import numpyro_models as npm
+
+    spec = members_run.model.spec
+    widths = [spec.input_dim] + [layer.units for layer in spec.layers]
+    kind = LIKELIHOOD[type(spec.likelihood).__name__]
+    noise = float(spec.likelihood.noise) if kind == "gaussian" else 0.1
+    model, _ = npm.mlp_model(widths, spec.layers[0].activation, kind, noise=noise)
+    data = members_run.data
+    x = jnp.asarray(data.x_train.numpy())
+    y = jnp.asarray(data.y_train.numpy().astype(np.int32 if kind != "gaussian" else np.float32))
+    potential = initialize_model(jax.random.PRNGKey(0), model, model_args=(x, y)).potential_fn
+    names = {f"{'w' if part == 'weight' else 'b'}{i}": f"layers.{i}.{part}"
+             for i in range(len(spec.layers)) for part in ("weight", "bias")}
+    positions = {name: jnp.asarray(np.stack([np.asarray(m.values[site]) for m in members_run.members]), jnp.float32)
+                 for name, site in names.items()}
+    return (lambda params: -potential(params)), positions, names
+
+
+def mile_row(problem, seed, args, reference, members_run, settings: MileSettings = MILE):
+    """BlackJAX's MCLMC with MILE's tuning and sampling (:class:`MileSettings`) from the members of
+    ``members_run`` (a bnnzoo run of the same seed), one chain a member, within the budget."""
+    import jax
+
+    task = reference.task
+    member_grads = int(members_run.grad_evals["members"])
+    member_wall = float(sum(m.wall_time for m in members_run.members))
+    members = len(members_run.members)
+    plan = mile_plan(args.budget, member_grads, members, settings)
+    if plan is None:
+        raise ValueError(f"blackjax mile on {problem}: the budget {args.budget} leaves too few steps "
+                         f"after the members' {member_grads} gradients")
+    start = time.perf_counter()
+    logdensity, positions, names = mile_logdensity(members_run)
+    draws, lp, step_size, L, ran = mile_chains(logdensity, positions, jax.random.PRNGKey(seed), plan, task, settings)
+    wall = member_wall + time.perf_counter() - start
+    tuned = plan["phase1"] + plan["phase2"] + plan["phase3"]
+    if not np.all(np.asarray(ran) == tuned):
+        raise RuntimeError(f"blackjax mile: the tuner ran {np.asarray(ran)} steps, planned {tuned}")
+    samples = {site: np.asarray(draws[name], dtype=np.float64) for name, site in names.items()}
+    result = dataclasses.replace(members_run, samples=samples, sample_stats={"lp": np.asarray(lp, dtype=np.float64)},
+                                 warmup_sample_stats={}, engine="blackjax_mile", wall_time=wall, chains_per_member=1,
+                                 grad_evals={"members": member_grads, "warmup": members * (1 + 2 * tuned),
+                                             "sampling": members * 2 * plan["sample"],
+                                             "total": member_grads + plan["grads"]})
+    grads = {"members": member_grads, "total": member_grads + plan["grads"]}
+    note = (f"{members} bnnzoo members (MILE: 12, its own fits), 1 chain each; tuning {plan['phase1']}/"
+            f"{plan['phase2']}/{plan['phase3']} steps, sampling {plan['sample']} thinned by {settings.thinning} "
+            f"(MILE: 40000/5000/5000 and 10000, scaled to the budget); step size "
+            f"{', '.join(f'{s:.3g}' for s in np.asarray(step_size))}; L {', '.join(f'{v:.3g}' for v in np.asarray(L))}")
+    row = score_row(result, reference, problem, "blackjax mile", seed, wall, grads, 1, note=note)
+    row.update(mile_step_size=[float(s) for s in np.asarray(step_size)], mile_L=[float(v) for v in np.asarray(L)],
+               mile_plan={k: v for k, v in plan.items() if k != "grads"})
+    return row
+
+
+#: the report's note on the MILE row
+MILE_NOTE = ("blackjax mile: BlackJAX's unadjusted MCLMC with MILE's tuning and sampling (Sommer et al., ICLR 2025; "
+             "settings as its public code runs them: `MileSettings` in bench_posteriors.py) from the same bnnzoo "
+             "members as the other rows, one chain a member (MILE's 12 members and its own member fits are not "
+             "used), its 50000 tuning : 10000 sampling steps scaled to the budget (thinning 10), and MILE's "
+             "linear decay of the desired energy variance (0.5 to 0.1) run as a staircase of 8 + 1 calls of "
+             "BlackJAX's tuner. Its wall time includes the members' fits and JAX's compilation.")
+#: notes of an earlier version of this script, dropped when its rows are resumed
+STALE_NOTES = ("BlackJAX's MILE (ensemble + MCLMC) is not run", "blackjax mile: ", "BlackJAX MILE skipped")
+
 # ---------------------------------------------------------------- tables
 
 COLUMNS = {"regression": ["method", "lppd", "rmse", "ece", "coverage", "w2", "tv", "rhat_f_within", "modes",
@@ -282,6 +531,9 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--numpyro-warmup", type=int, default=100,
                         help="NumPyro's warm-up steps (its trees are deep early on: 300 took 2.4x the budget on wine)")
     parser.add_argument("--skip-numpyro", action="store_true")
+    parser.add_argument("--skip-blackjax", action="store_true", help="leave out the BlackJAX MILE row")
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=None,
+                        help="run only these methods (the rows of the others already written are kept)")
     parser.add_argument("--smoke", action="store_true", help="tiny settings on wine, one seed (for tests)")
     parser.add_argument("--retable", action="store_true", help="rewrite the markdown from the JSON, run nothing")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -297,12 +549,20 @@ def main(argv=None) -> list[dict]:
         (args.out / f"{name}.md").write_text(report(payload["rows"], payload))
         return payload["rows"]
     torch.set_num_threads(1)
-    notes = ["BlackJAX's MILE (ensemble + MCLMC) is not run by this script.",
-             "NumPyro's wall time includes the members' fits and JAX's compilation of its warm-up and sampling "
+    selected = set(args.methods or METHODS)
+    notes = ["NumPyro's wall time includes the members' fits and JAX's compilation of its warm-up and sampling "
              "(a fresh MCMC per seed); bnnzoo's includes the members' fits."]
     have_numpyro = importlib.util.find_spec("numpyro") is not None and not args.skip_numpyro
     if not have_numpyro:
         notes.append("NumPyro NUTS skipped (" + ("--skip-numpyro" if args.skip_numpyro else "not installed") + ").")
+    have_blackjax = (not args.skip_blackjax and importlib.util.find_spec("blackjax") is not None
+                     and importlib.util.find_spec("numpyro") is not None)
+    if not have_blackjax:
+        why = "--skip-blackjax" if args.skip_blackjax else "blackjax or numpyro not installed: the bench extra"
+        notes.append(f"BlackJAX MILE skipped ({why}).")
+        print(f"blackjax mile: skipped ({why})", flush=True)
+    else:
+        notes.append(MILE_NOTE)
     if "digits" in args.problems:
         notes.append("digits (digits_mlp, 26k parameters) is included on request; it is slow on a 2-core CPU.")
     missing = [p for p in args.problems if p not in stored_references()]
@@ -318,6 +578,18 @@ def main(argv=None) -> list[dict]:
         previous = json.loads(old.read_text())
         if previous.get("settings") == settings(args):
             rows = previous["rows"]
+            kept = [n for n in previous.get("notes") or [] if n not in notes and not n.startswith(STALE_NOTES)]
+            payload["notes"] = notes + kept  # the notes written by hand on the rows kept stay with them
+            payload["tasks"] = {**previous.get("tasks", {}), **payload["tasks"]}  # the problems not run now too
+            for key in ("mile", "mile_versions"):
+                if key in previous:
+                    payload[key] = previous[key]
+    if have_blackjax and "blackjax mile" in selected:
+        import blackjax
+        import jax
+
+        payload["mile"] = dataclasses.asdict(MILE)
+        payload["mile_versions"] = {"blackjax": blackjax.__version__, "jax": jax.__version__}
     done = {(r["problem"], r["method"], r["seed"]) for r in rows}
     for problem in args.problems:
         reference = load_reference(problem)
@@ -325,10 +597,11 @@ def main(argv=None) -> list[dict]:
         plans = {}
         for seed in args.seeds:
             members_run = None
+            others = [m for m, have in (("ensemble", True), ("numpyro nuts", have_numpyro),
+                                        ("blackjax mile", have_blackjax)) if have and m in selected]
             for engine in BNNZOO_ENGINES:
-                others = ("ensemble", "numpyro nuts") if have_numpyro else ("ensemble",)
                 need_members = members_run is None and any((problem, m, seed) not in done for m in others)
-                if (problem, f"bnnzoo {engine}", seed) in done:
+                if (problem, f"bnnzoo {engine}", seed) in done or f"bnnzoo {engine}" not in selected:
                     if need_members:  # the members alone (they depend on the seed only), for the other rows
                         members_run = bnnzoo_run(problem, engine, seed, args, 1, warmup=1)
                     continue
@@ -350,11 +623,11 @@ def main(argv=None) -> list[dict]:
                           f"{row['wall_s']:.1f} s", flush=True)
             if members_run is None:
                 continue
-            extra = [("ensemble", lambda: ensemble_row(members_run, problem, seed, reference))]
-            if have_numpyro:
-                extra.append(("numpyro nuts", lambda: numpyro_row(problem, seed, args, reference, members_run)))
+            extra = [("ensemble", lambda: ensemble_row(members_run, problem, seed, reference)),
+                     ("numpyro nuts", lambda: numpyro_row(problem, seed, args, reference, members_run)),
+                     ("blackjax mile", lambda: mile_row(problem, seed, args, reference, members_run))]
             for method, make in extra:
-                if (problem, method, seed) in done:
+                if method not in others or (problem, method, seed) in done:
                     continue
                 row = make()
                 rows.append(row)

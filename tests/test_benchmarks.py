@@ -1,6 +1,8 @@
 """The benchmark scripts keep up with the API they time (they run for minutes, outside the suite)."""
 
+import dataclasses
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -94,7 +96,7 @@ def test_bench_posteriors_smoke_without_jax(monkeypatch, tmp_path):
     """``bench_posteriors --smoke``: every bnnzoo method and the ensemble alone on wine, scored
     against the stored reference, at the smoke budget; the rows and the table written to disk."""
     bench = _bench_posteriors(monkeypatch)
-    rows = bench.main(["--smoke", "--skip-numpyro", "--out", str(tmp_path)])
+    rows = bench.main(["--smoke", "--skip-numpyro", "--skip-blackjax", "--out", str(tmp_path)])
     _check_posterior_rows(rows, ["bnnzoo mclmc", "bnnzoo mams", "bnnzoo chees", "ensemble"], 8000)
     text = (tmp_path / "posteriors_smoke.md").read_text()
     assert "**wine** (wine_mlp)" in text and "NumPyro NUTS skipped (--skip-numpyro)" in text
@@ -108,8 +110,139 @@ def test_bench_posteriors_smoke_with_numpyro(monkeypatch, tmp_path):
     """The same with NumPyro's NUTS started from the same members (its JAX compilation takes minutes)."""
     pytest.importorskip("numpyro")
     bench = _bench_posteriors(monkeypatch)
-    rows = bench.main(["--smoke", "--out", str(tmp_path)])
+    rows = bench.main(["--smoke", "--skip-blackjax", "--out", str(tmp_path)])
     _check_posterior_rows(rows, ["bnnzoo mclmc", "bnnzoo mams", "bnnzoo chees", "ensemble", "numpyro nuts"], 8000)
+
+
+def test_bench_posteriors_methods_adds_rows_and_keeps_the_others(monkeypatch, tmp_path):
+    """``--methods``: only the methods named run; the rows and hand-written notes of a results file
+    with the same settings are kept as they were, and the problems' tasks of the file too. Without
+    BlackJAX installed the MILE row is skipped with a note saying so."""
+    bench = _bench_posteriors(monkeypatch)
+    find_spec = bench.importlib.util.find_spec
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name: None if name == "blackjax" else find_spec(name))
+    argv = ["--smoke", "--skip-numpyro", "--out", str(tmp_path)]
+    kept = {"problem": "diabetes", "method": "bnnzoo mclmc", "seed": 0, "chains": 4, "draws": 10, "grad_members": 1,
+            "grad_total": 2, "wall_s": 1.0, "lppd": -1.0, "rmse": 0.7, "ece": 0.1, "coverage": 0.9, "w2": 0.1,
+            "tv": 0.1, "rhat_f_within": 1.0, "modes": 1, "note": ""}
+    args = bench.argparse.Namespace(members=2, chains=2, warmup=30, budget=8000, pilot_draws=20, draws=40,
+                                    mclmc_thin=2, numpyro_chunk=10, numpyro_warmup=10)
+    previous = {"name": "posteriors_smoke", "settings": bench.settings(args), "rows": [kept],
+                "notes": ["a note on the diabetes row",
+                          "BlackJAX's MILE (ensemble + MCLMC) is not run by this script."],
+                "tasks": {"diabetes": "regression"}}
+    (tmp_path / "posteriors_smoke.json").write_text(json.dumps(previous))
+    rows = bench.main([*argv, "--methods", "ensemble"])
+    assert [r["method"] for r in rows] == ["bnnzoo mclmc", "ensemble"] and rows[0] == kept
+    written = json.loads((tmp_path / "posteriors_smoke.json").read_text())
+    assert "a note on the diabetes row" in written["notes"]
+    assert not any(n.startswith("BlackJAX's MILE (ensemble") for n in written["notes"])  # a stale note dropped
+    assert "BlackJAX MILE skipped (blackjax or numpyro not installed: the bench extra)." in written["notes"]
+    assert written["tasks"] == {"diabetes": "regression", "wine": "classification"}
+    assert "| bnnzoo mclmc | -1 | 0.7 |" in (tmp_path / "posteriors_smoke.md").read_text()
+
+
+def _gaussian_counting_density():
+    """N(0, I_3) x N(0, 4 I_2) as a JAX log density of ``{"a", "b"}``, and the count of its evaluations."""
+    import jax
+    import jax.numpy as jnp
+
+    count = [0]
+
+    def bump(_):
+        count[0] += 1
+
+    def logdensity(p):
+        jax.debug.callback(bump, p["a"][0])
+        return -0.5 * jnp.sum(p["a"] ** 2) - 0.5 * jnp.sum((p["b"] / 2.0) ** 2)
+
+    positions = {"a": jnp.zeros((2, 3)), "b": jnp.ones((2, 2))}  # two members
+    return logdensity, positions, count
+
+
+def test_bench_posteriors_mile_traces_the_recorded_settings(monkeypatch):
+    """The MILE chains on a small Gaussian (traced, not run): every call of BlackJAX's tuner gets
+    MILE's settings as ``MileSettings`` records them (the energy-variance staircase decreasing from
+    near 0.5 to near 0.1, the initial L and step size, the phase lengths of the plan)."""
+    pytest.importorskip("blackjax")
+    pytest.importorskip("numpyro")
+    import blackjax
+    import jax
+
+    bench = _bench_posteriors(monkeypatch)
+    mile = bench.MILE
+    assert (mile.tune_steps, mile.sample_steps, mile.thinning, mile.phase_fractions) == (50_000, 10_000, 10,
+                                                                                         (0.8, 0.1, 0.1))
+    assert (mile.desired_energy_var_start, mile.desired_energy_var_end) == (0.5, 0.1)
+    plan = bench.mile_plan(None, 0, 12)  # MILE's own counts
+    assert (plan["phase1"], plan["phase2"], plan["phase3"], plan["sample"], plan["draws"]) == (40_000, 5_000, 5_000,
+                                                                                             10_000, 1_000)
+    calls = []
+    tuner = blackjax.mclmc_find_L_and_step_size
+
+    def spy(**kwargs):
+        calls.append({k: v for k, v in kwargs.items() if k not in ("state", "rng_key", "params", "mclmc_kernel",
+                                                                   "logdensity_fn")})
+        calls[-1]["L0"], calls[-1]["step0"] = kwargs["params"].L, kwargs["params"].step_size
+        return tuner(**kwargs)
+
+    monkeypatch.setattr(blackjax, "mclmc_find_L_and_step_size", spy)
+    logdensity, positions, count = _gaussian_counting_density()
+    plan = bench.mile_plan(600, 10, 2)
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    jax.eval_shape(jax.vmap(bench.mile_chain(logdensity, plan, "regression")), positions, keys)
+    assert len(calls) == mile.schedule_stages + 1
+    energy = [c["desired_energy_var"] for c in calls]
+    assert all(a > b for a, b in zip(energy, energy[1:]))
+    assert 0.45 < energy[0] < 0.5 and 0.1 < energy[-1] < 0.15
+    for c in calls:
+        assert (c["trust_in_estimate"], c["num_effective_samples"], c["diagonal_preconditioning"], c["l_factor"]) == (
+            mile.trust_in_estimate, mile.num_effective_samples, mile.diagonal_preconditioning, mile.l_factor)
+    assert [c["frac_tune1"] for c in calls[:-1]] == plan["stages"] and calls[-1]["frac_tune1"] == 0
+    assert (calls[-1]["frac_tune2"], calls[-1]["frac_tune3"]) == (plan["phase2"], plan["phase3"])
+    assert float(calls[0]["L0"]) == max(5 ** 0.5, mile.L_init_floor)
+    assert float(calls[0]["step0"]) == pytest.approx(mile.step_size_init_regression)
+    assert count[0] == 0  # traced only
+
+
+@pytest.mark.slow
+def test_bench_posteriors_mile_spends_the_gradients_it_claims(monkeypatch):
+    """Run on the small Gaussian (a 2-stage staircase, to compile less; about 25 s), the log density
+    is evaluated exactly as often as the plan claims (counted by a callback in the log density), within
+    the budget, and the chains are finite."""
+    pytest.importorskip("blackjax")
+    pytest.importorskip("numpyro")
+    import jax
+    import numpy as np
+
+    bench = _bench_posteriors(monkeypatch)
+    logdensity, positions, count = _gaussian_counting_density()
+    short = dataclasses.replace(bench.MILE, schedule_stages=2)
+    plan = bench.mile_plan(600, 10, 2, short)
+    draws, lp, step_size, L, ran = bench.mile_chains(logdensity, positions, jax.random.PRNGKey(0), plan,
+                                                     "regression", short)
+    assert count[0] == plan["grads"] <= 600 - 10  # the gradients the row claims are the ones spent
+    assert np.all(np.asarray(ran) == plan["phase1"] + plan["phase2"] + plan["phase3"])
+    assert draws["a"].shape == (2, plan["draws"], 3) and np.all(np.isfinite(np.asarray(lp)))
+    assert np.all(np.asarray(step_size) > 0) and np.all(np.isfinite(np.asarray(L)))
+
+
+@pytest.mark.slow
+def test_bench_posteriors_smoke_mile_row(monkeypatch, tmp_path):
+    """``--smoke --methods "blackjax mile"``: the MILE row alone on wine from the smoke members, scored
+    against the reference, within the budget, its gradient count the plan's."""
+    pytest.importorskip("blackjax")
+    pytest.importorskip("numpyro")
+    import math
+
+    bench = _bench_posteriors(monkeypatch)
+    (row,) = bench.main(["--smoke", "--methods", "blackjax mile", "--out", str(tmp_path)])
+    assert row["method"] == "blackjax mile" and row["chains"] == 2 and math.isfinite(row["lppd"])
+    assert 0.0 <= row["agreement"] <= 1.0 and 0.0 <= row["tv"] <= 1.0 and math.isfinite(row["rhat_f_within"])
+    plan = bench.mile_plan(8000, row["grad_members"], 2)
+    assert row["grad_total"] == row["grad_members"] + plan["grads"] <= 8000 and row["draws"] == plan["draws"]
+    recorded = json.loads((tmp_path / "posteriors_smoke.json").read_text())["mile"]
+    assert recorded == json.loads(json.dumps(dataclasses.asdict(bench.MILE)))
 
 
 def test_bench_suite_smoke_without_jax(monkeypatch, tmp_path):
