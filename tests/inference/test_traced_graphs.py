@@ -43,6 +43,21 @@ def test_a_function_runs_on_its_graph_after_the_set_number_of_calls_and_gives_th
     z = torch.randn(2, 5)
     traced(z)
     assert len(calls) == 5 and "traced into one graph" in traced.note()
+    assert "replayed as TorchScript" in traced.note()  # the fx graph's operations called from C++
+
+
+def test_without_torchscript_the_fx_graph_runs(monkeypatch):
+    """``torch.jit`` is deprecated: where its trace fails, the fx graph is replayed, with the same bits."""
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no torch.jit here")
+
+    monkeypatch.setattr(torch.jit, "trace", refuse)
+    traced = TracedGraphs(smooth, after=1)
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    traced(x)
+    assert traced.traced and "replayed as an fx graph" in traced.note()
+    y = torch.randn(4, 5, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(traced(y), smooth(y), rtol=0, atol=0)
 
 
 def test_a_function_whose_python_looks_at_values_is_not_traced_and_keeps_running():
