@@ -795,16 +795,20 @@ class SGMCMCKernel(TransitionKernel):
         """For the sampling iterations ``start + 1 .. end`` (a draw from ``theta``): the variance ratio of
         each one's step size, along the stiffest direction at the first sampling point (its curvature
         and the minibatch gradient noise along it, measured once there)."""
-        if self.variance_ratio(1.0, 1.0, 0.0) is None:
-            return
         if self._inflation is None:
+            if self.variance_ratio(1.0, 1.0, 0.0) is None:
+                return
             curvature, noise = self._stiffest(theta)
-            self._inflation = {"curvature": curvature, "noise": noise, "sum": 0.0, "count": 0}
+            self._inflation = {"curvature": curvature, "noise": noise, "sum": 0.0, "count": 0, "last": None}
         info = self._inflation
         if not (math.isfinite(info["curvature"]) and info["curvature"] > 0):
             return
         for k in range(start + 1, end + 1):
-            info["sum"] += self.variance_ratio(self.schedule(k), info["curvature"], info["noise"])
+            step_size = self.schedule(k)
+            last = info["last"]  # (step size, its ratio): a constant schedule computes it once
+            if last is None or last[0] != step_size:
+                last = info["last"] = (step_size, self.variance_ratio(step_size, info["curvature"], info["noise"]))
+            info["sum"] += last[1]
             info["count"] += 1
 
     def _stiffest(self, theta: Tensor) -> tuple[float, float]:
@@ -836,6 +840,8 @@ class SGMCMCKernel(TransitionKernel):
     # ------------------------------------------------------------ failures
     def _record_failures(self, before: ChainHealth, after: ChainHealth) -> None:
         """The chains that failed in this draw (:class:`ChainHealth`), with the draw and the phase."""
+        if after.failed is before.failed:  # check_health keeps the tensor while no chain fails
+            return
         new = after.failed & ~before.failed
         if not bool(new.any()):
             return

@@ -29,7 +29,7 @@ sampler itself holds only the potential and the options, and is rebuilt by ``set
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -60,11 +60,11 @@ class Adaptation(Protocol):
 
 
 def info_row(info: NamedTuple) -> dict[str, Any]:
-    """An ``Info`` as per-draw statistics: its fields that are not None; a field that is a mapping gives
+    """An ``Info`` as per-draw statistics: its fields that are not None; a field that is a ``dict`` gives
     its entries (statistics named by the model, e.g. one per site)."""
     row = {}
     for k, v in info._asdict().items():
-        if isinstance(v, Mapping):
+        if isinstance(v, dict):
             row.update(v)
         elif v is not None:
             row[k] = v
