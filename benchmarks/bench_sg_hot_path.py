@@ -12,8 +12,8 @@ sd inflation included):
 
 and the same as the process's CPU time (``time.process_time``: one thread, so the work done, less
 disturbed than the wall time where other processes share the cores). Each process runs each
-configuration once untimed, then five times, and reports the fastest (the least disturbed). Reports the median over rounds of each tree and the median of
-the round-by-round ratios. Usage:
+configuration once untimed, then five times, and reports the fastest (the least disturbed).
+Reports the median over rounds of each tree and the median of the round-by-round ratios. Usage:
 ``python benchmarks/bench_sg_hot_path.py [--against REV] [--rounds 5] [--name NAME]``; writes
 ``benchmarks/results/hot_path_sg.{json,md}`` (``--name``: ``NAME.{json,md}``).
 """

@@ -228,7 +228,8 @@ def test_sa_kernels_resolve_the_sa_sequence_from_n_and_the_batch(kernel, scale):
     for _ in range(3):
         state = k.sampler.iterate(state)[0]
     assert k.component(SpikeSlabAdaptation) is k.parts.components[0]
-    assert state.components[0].omega == pytest.approx(sa_weight(3, k.resolved.sa_scale, k.resolved.sa_offset, k.resolved.sa_power))
+    omega = sa_weight(3, k.resolved.sa_scale, k.resolved.sa_offset, k.resolved.sa_power)
+    assert state.components[0].omega == pytest.approx(omega)
 
 
 def test_an_explicit_sa_option_wins():

@@ -96,7 +96,8 @@ def test_hard_pruned_weights_stay_zero_and_get_no_updates():
         assert (theta[0, pruned] == 0).all()
         torch.testing.assert_close(kernel.state.aux[0][0, pruned], momentum, rtol=0, atol=0)
         torch.testing.assert_close(kernel.state.aux[1][0, pruned], rho, rtol=0, atol=0)
-    assert not kernel.em_state.keep[0, pruned].any() and kernel.em_state.keep[0, :2].all()  # y depends on inputs 0 and 1
+    keep = kernel.em_state.keep
+    assert not keep[0, pruned].any() and keep[0, :2].all()  # y depends on inputs 0 and 1
     assert (kernel.em_state.decay[0, :2] == 5e-4).all()  # in the slab
 
 
