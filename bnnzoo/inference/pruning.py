@@ -122,36 +122,43 @@ def _resolve_sites(potential, sites: tuple[str, ...] | None) -> tuple[str, ...]:
 
 
 class Pruner:
-    """Per-run pruning state: one ``[C, n]`` keep-mask per pruned site."""
+    """The pruning of one run: the pruned sites and where they lie in the flat vector. The masks, one
+    ``[C, n]`` keep-mask per pruned site (in the order of :attr:`sites`), are state the caller keeps
+    (:meth:`initial_masks`; :meth:`grow` returns the new ones)."""
 
     def __init__(self, config: MagnitudePruning, sites: tuple[str, ...], slices: dict[str, slice],
                  num_chains: int, device: torch.device | None = None):
         self.config = config
         self.sites = sites
         self.slices = {s: slices[s] for s in sites}
-        self.masks = {s: torch.ones(num_chains, sl.stop - sl.start, dtype=torch.bool, device=device)
-                      for s, sl in self.slices.items()}
 
-    def step(self, theta: Tensor, k: int) -> Tensor:
-        """Grow the masks to the sparsity of iteration ``k`` and zero the pruned weights."""
+    def initial_masks(self, num_chains: int, device: torch.device | None = None) -> tuple[Tensor, ...]:
+        """Every weight kept: one ``[C, n]`` mask per pruned site."""
+        return tuple(torch.ones(num_chains, sl.stop - sl.start, dtype=torch.bool, device=device)
+                     for sl in self.slices.values())
+
+    def grow(self, theta: Tensor, masks: tuple[Tensor, ...], k: int) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """Grow the masks to the sparsity of iteration ``k`` and zero the pruned weights:
+        ``(theta', masks')``."""
         s = target_sparsity(k, self.config.sparsity, self.config.decay, self.config.period)
         theta = theta.clone()
-        for site, sl in self.slices.items():
-            mask = self.masks[site]
+        grown = []
+        for sl, mask in zip(self.slices.values(), masks):
             mask = prune_mask(theta[:, sl], mask, math.floor(s * mask.shape[-1] + 0.5))
-            self.masks[site] = mask
+            grown.append(mask)
             theta[:, sl] = theta[:, sl] * mask
-        return theta
+        return theta, tuple(grown)
 
-    def apply(self, x: Tensor) -> Tensor:
+    def zero(self, x: Tensor, masks: tuple[Tensor, ...]) -> Tensor:
         """Zero the pruned coordinates of a ``[C, D]`` tensor (a position or a momentum)."""
         x = x.clone()
-        for site, sl in self.slices.items():
-            x[:, sl] = x[:, sl] * self.masks[site]
+        for sl, mask in zip(self.slices.values(), masks):
+            x[:, sl] = x[:, sl] * mask
         return x
 
-    def sparsity(self) -> Tensor:
+    @staticmethod
+    def sparsity(masks: tuple[Tensor, ...]) -> Tensor:
         """Fraction of pruned weights over all pruned sites, per chain ``[C]``."""
-        pruned = sum((~m).sum(-1) for m in self.masks.values())
-        total = sum(m.shape[-1] for m in self.masks.values())
+        pruned = sum((~m).sum(-1) for m in masks)
+        total = sum(m.shape[-1] for m in masks)
         return pruned.to(torch.get_default_dtype()) / total

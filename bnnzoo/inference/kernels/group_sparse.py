@@ -69,6 +69,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pyro
 import torch
@@ -83,7 +84,7 @@ from ..sgmcmc import AUTO, SCHEDULES
 from .sgmcmc import (Dynamics, Force, SGComponent, SGMCMCKernel, SGMCMCOptions, SGParts, auto_or, fan_in_radius,
                      minibatch_data)
 
-__all__ = ["GroupEM", "GroupSparseDynamics", "GroupSparseSGHMC", "GroupSparseSGHMCOptions", "MeanLossForce",
+__all__ = ["EMState", "GroupEM", "GroupSparseDynamics", "GroupSparseSGHMC", "GroupSparseSGHMCOptions", "MeanLossForce",
            "fan_in_radius", "group_sites", "site_decays"]
 
 Tensor = torch.Tensor
@@ -206,7 +207,7 @@ class GroupSparseSGHMC(SGMCMCKernel):
     >>> from bnnzoo.models import BNN, zoo
     >>> kernel = GroupSparseSGHMC(BNN(zoo.get("group_sparse_mlp")), batch_size=1024, cycle_length=5000)
     >>> MCMC(kernel, num_samples=4, warmup_steps=10000).run(x, y)
-    >>> kernel.em.keep   # the hard mask, [C, D] (False: pruned)
+    >>> kernel.em_state.keep   # the hard mask, [C, D] (False: pruned)
     """
 
     Options = GroupSparseSGHMCOptions
@@ -214,13 +215,17 @@ class GroupSparseSGHMC(SGMCMCKernel):
     def sg_parts(self) -> SGParts:
         """Paper 004's update (:class:`GroupSparseDynamics`), the E-step beside it (:class:`GroupEM`),
         the mean-loss force (:class:`MeanLossForce`)."""
-        em = GroupEM()
-        return SGParts(GroupSparseDynamics(em), (em,), force=MeanLossForce())
+        return SGParts(GroupSparseDynamics(), (GroupEM(),), force=MeanLossForce())
 
     @property
     def em(self) -> GroupEM:
-        """The group E-step: decays, hard mask and pruning guard of the current run."""
+        """The group E-step: its configuration (sites, decays, thresholds, schedule) in the current run."""
         return self.component(GroupEM)
+
+    @property
+    def em_state(self) -> EMState | None:
+        """The E-step's state now: decays, hard mask and pruning guard (None before setup)."""
+        return self.component_state(GroupEM)
 
 
 # ------------------------------------------------------------ the kernel's parts
@@ -229,17 +234,20 @@ class MeanLossForce(Force):
     log likelihood; U adds the model's log prior on a draw's last iteration only
     (before it, the likelihood part alone, enough to spot a non-finite step)."""
 
-    def force(self, kernel, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
-        potential = kernel.potential
+    def prepare(self, kernel, theta: Tensor) -> None:
+        self.potential = kernel.potential
+
+    def force(self, theta: Tensor, rows: Tensor | None, iteration: int, last: bool, own=None):
+        potential = self.potential
         x, y, scale = minibatch_data(potential, rows)
         batch = potential.num_data if rows is None else rows.shape[-1]
         log_lik, grad, values, log_det = log_likelihood_and_grad(potential, theta, x, y)
         value = -scale * log_lik
-        if kernel._last_iteration:
+        if last:
             with torch.no_grad(), pyro.validation_enabled(False):
                 values = {k: v.detach() for k, v in values.items()}
                 value = value - potential.log_prior(theta.detach(), values) - log_det.detach()
-        return value, grad / -batch
+        return value, grad / -batch, own
 
 
 def _input_bias(potential, site: GroupSite, x: Tensor) -> str | None:
@@ -286,21 +294,21 @@ def log_likelihood_and_grad(potential, theta: Tensor, x: Tensor, y: Tensor) -> t
 
 class GroupSparseDynamics(Dynamics):
     """Paper 004's update (module docstring) under the current decays and hard mask of the E-step
-    ``em`` (a :class:`GroupEM`, the same object the kernel holds as its component); the auxiliary
-    state is ``(momentum, rho, noise)``."""
+    (the state of :class:`GroupEM`, the kernel's first component); the auxiliary variable is
+    ``(momentum, rho, noise)``."""
 
-    def __init__(self, em: GroupEM):
-        self.em = em
+    def prepare(self, kernel) -> None:
+        self.rule, self.num_data = kernel.resolved, kernel.num_data
 
-    def initial_aux(self, kernel, theta, step_size, inverse_temperature):
-        return kernel.resolved.initial_state(theta)
+    def initial_aux(self, theta, step_size, inverse_temperature):
+        return self.rule.initial_state(theta)
 
-    def step(self, kernel, theta, aux, grad, step_size, inverse_temperature):
+    def step(self, theta, aux, own, grad, step_size, inverse_temperature, components):
         momentum, rho, noise = aux
-        theta, momentum, rho, noise = kernel.resolved.update(theta, momentum, rho, noise, grad, self.em.decay,
-                                                             step_size, 1.0 / inverse_temperature, kernel.num_data,
-                                                             self.em.keep)
-        return theta, (momentum, rho, noise)
+        em = components[0]
+        theta, momentum, rho, noise = self.rule.update(theta, momentum, rho, noise, grad, em.decay, step_size,
+                                                       1.0 / inverse_temperature, self.num_data, em.keep)
+        return theta, (momentum, rho, noise), None
 
 
 def site_decays(potential, sites: list[GroupSite], rule) -> tuple[Tensor, list[float], list[float]]:
@@ -316,26 +324,29 @@ def site_decays(potential, sites: list[GroupSite], rule) -> tuple[Tensor, list[f
     return outside, slab, spike
 
 
+class EMState(NamedTuple):
+    """The state of :class:`GroupEM`, each ``[C, D]``: ``decay`` the weight decay per coordinate,
+    ``keep`` the hard mask (False: pruned), ``below`` the E-steps in a row below the hard threshold
+    (per group)."""
+
+    decay: Tensor
+    keep: Tensor
+    below: Tensor
+
+
 class GroupEM(SGComponent):
-    """The group E-step beside the loop, with its state and its reporting: once per ``em_every``
+    """The group E-step beside the loop, with its reporting: once per ``em_every``
     iterations after ``em_warmup`` of them, before the update, the decays, hard mask and pruning
     guard from the current weights (:func:`~bnnzoo.inference.group_em.guarded_e_step`); the
     E-step's ``"auto"`` rules; per draw the sparsity and each site's active and slab groups; the
     final mask (``pruning_mask``); at the end of a run the notes and warnings on the pruning (too
     short to prune, undecided groups, pruned groups that still carry signal).
 
-    State (plain attributes, set up by :meth:`prepare`): ``decay`` ``[C, D]`` the weight decay per
-    coordinate, ``keep`` ``[C, D]`` the hard mask (False: pruned), ``below`` ``[C, D]`` the E-steps
-    in a row below the hard threshold (per group), ``last_theta`` the last draw; per grouped site
-    (``sites``) its ``slab``, ``spike`` decays and ``soft``, ``hard`` thresholds; ``em_every``,
-    ``em_warmup``, ``prune_patience``.
+    Its state is an :class:`EMState` in the sampler's state. Its configuration (set up by
+    :meth:`prepare`): per grouped site (``sites``) its ``slab``, ``spike`` decays and ``soft``,
+    ``hard`` thresholds, the ``outside`` decay of the other coordinates; ``em_every``, ``em_warmup``,
+    ``prune_patience``.
     """
-
-    def __init__(self):
-        self.decay: Tensor | None = None  # [C, D] weight decay per coordinate
-        self.keep: Tensor | None = None  # [C, D] hard mask (False: pruned)
-        self.below: Tensor | None = None  # [C, D] E-steps in a row below the hard threshold (per group)
-        self.last_theta: Tensor | None = None  # [C, D] the last draw
 
     # ---------------------------------------------------------------- setup
     def check_potential(self, kernel, potential) -> None:
@@ -392,9 +403,14 @@ class GroupEM(SGComponent):
         self.em_warmup, self.prune_patience = rule.em_warmup, rule.prune_patience
         for site, slab in zip(self.sites, self.slab):  # every group starts in the slab
             outside[site.index] = slab
-        self.decay = outside.expand(kernel.num_chains, -1).clone()
-        self.keep = torch.ones(kernel.num_chains, potential.dim, dtype=torch.bool, device=theta.device)
-        self.below = torch.zeros(kernel.num_chains, potential.dim, dtype=torch.long, device=theta.device)
+        self.outside = outside
+
+    def init(self, position: Tensor) -> EMState:
+        """Every group in the slab, nothing pruned."""
+        chains, dim = position.shape
+        return EMState(self.outside.expand(chains, -1).clone(),
+                       torch.ones(chains, dim, dtype=torch.bool, device=position.device),
+                       torch.zeros(chains, dim, dtype=torch.long, device=position.device))
 
     def first_pruning(self) -> int:
         """The first iteration at which a group can be pruned: the first E-step, then ``prune_patience``
@@ -402,28 +418,31 @@ class GroupEM(SGComponent):
         return (int(self.em_warmup) + int(self.prune_patience) - 1) * self.em_every + 1
 
     # ------------------------------------------------------------- one step
-    def before_update(self, kernel, theta: Tensor) -> None:
-        if em_due(kernel._k, self.em_every, self.em_warmup):
-            self.e_step(theta)
+    def before_update(self, own: EMState, theta: Tensor, iteration: int) -> EMState:
+        if em_due(iteration, self.em_every, self.em_warmup):
+            return self.e_step(own, theta)
+        return own
 
     def _site_view(self, x: Tensor, site: GroupSite) -> Tensor:
         return x[:, site.index].reshape((x.shape[0],) + site.shape)
 
-    def e_step(self, theta: Tensor) -> None:
+    def e_step(self, own: EMState, theta: Tensor) -> EMState:
         """The E-step at ``theta`` ``[C, D]``: new decays, hard mask and pruning guard, per grouped site."""
         chains = theta.shape[0]
+        new = EMState(own.decay.clone(), own.keep.clone(), own.below.clone())
         for site, slab, spike, soft, hard in zip(self.sites, self.slab, self.spike, self.soft, self.hard):
             decay, keep, below = guarded_e_step(self._site_view(theta, site), site.within,
-                                                self._site_view(self.keep, site), self._site_view(self.below, site),
+                                                self._site_view(own.keep, site), self._site_view(own.below, site),
                                                 soft, hard, slab, spike, self.prune_patience)
-            self.decay[:, site.index] = decay.reshape(chains, -1)
-            self.keep[:, site.index] = keep.reshape(chains, -1)
-            self.below[:, site.index] = below.reshape(chains, -1)
+            new.decay[:, site.index] = decay.reshape(chains, -1)
+            new.keep[:, site.index] = keep.reshape(chains, -1)
+            new.below[:, site.index] = below.reshape(chains, -1)
+        return new
 
     # ------------------------------------------------------------ reporting
-    def group_counts(self, site: GroupSite, slab_decay: float) -> tuple[Tensor, Tensor]:
+    def group_counts(self, own: EMState, site: GroupSite, slab_decay: float) -> tuple[Tensor, Tensor]:
         """Per chain: groups not pruned, and those of them in the slab."""
-        keep, decay = self._site_view(self.keep, site), self._site_view(self.decay, site)
+        keep, decay = self._site_view(own.keep, site), self._site_view(own.decay, site)
         chains = keep.shape[0]
         first = tuple(slice(0, 1) if d - len(site.shape) in site.within else slice(None)
                       for d in range(len(site.shape)))
@@ -433,44 +452,43 @@ class GroupEM(SGComponent):
         slab = (keep & (decay == slab_decay)).reshape(chains, -1).sum(-1).to(dtype)
         return active, slab
 
-    def draw_stats(self, kernel, theta: Tensor) -> dict[str, Tensor]:
-        self.last_theta = theta  # the score test of the pruned groups at the end (notes())
-        keep = torch.cat([self.keep[:, s.index] for s in self.sites], -1)
+    def draw_stats(self, own: EMState, theta: Tensor) -> dict[str, Tensor]:
+        keep = torch.cat([own.keep[:, s.index] for s in self.sites], -1)
         stats = {"sparsity": (~keep).to(torch.get_default_dtype()).mean(-1)}
         for site, slab in zip(self.sites, self.slab):
-            stats[f"active_groups[{site.name}]"], stats[f"slab_groups[{site.name}]"] = self.group_counts(site, slab)
+            stats[f"active_groups[{site.name}]"], stats[f"slab_groups[{site.name}]"] = \
+                self.group_counts(own, site, slab)
         return stats
 
-    def final_state(self, kernel) -> dict:
-        if self.keep is None:
-            return {}
-        return {"pruning_mask": {s.name: self._site_view(self.keep, s).cpu().numpy() for s in self.sites}}
+    def final_state(self, own: EMState, num_chains: int) -> dict:
+        return {"pruning_mask": {s.name: self._site_view(own.keep, s).cpu().numpy() for s in self.sites}}
 
-    def notes(self, kernel) -> dict:
-        """``first_pruning_iteration`` and ``pruned_with_signal``, with the end-of-run warnings: a run too
-        short to prune, groups left undecided, pruned groups the data still pull away from zero."""
+    def notes(self, kernel, own: EMState) -> dict:
+        """``first_pruning_iteration`` and ``pruned_with_signal`` (the score test at the last draw, the
+        kernel's position), with the end-of-run warnings: a run too short to prune, groups left
+        undecided, pruned groups the data still pull away from zero."""
         notes = {}
-        if self.keep is None or not kernel._k:
+        iteration = kernel.iteration
+        if not iteration:
             return notes
         name, first = type(kernel).__name__, self.first_pruning()
         notes["first_pruning_iteration"] = first
-        if kernel._k < first:
-            warnings.warn(f"{name}: the run ended at iteration {kernel._k}, before any group could "
+        if iteration < first:
+            warnings.warn(f"{name}: the run ended at iteration {iteration}, before any group could "
                           f"be pruned (first E-step at iteration {int(self.em_warmup) * self.em_every + 1}, "
                           f"then prune_patience={self.prune_patience} E-steps below hard_threshold: "
                           f"iteration {first}), so the mask keeps every input; run more iterations "
                           f"(warmup_steps of at least {first})")
         else:
-            self.warn_undecided(name)
-        if self.last_theta is not None:
-            notes["pruned_with_signal"] = self.check_pruned(kernel, self.last_theta)
+            self.warn_undecided(own, name)
+        notes["pruned_with_signal"] = self.check_pruned(kernel, own, kernel.state.position)  # at the last point
         return notes
 
-    def warn_undecided(self, name: str) -> None:
+    def warn_undecided(self, own: EMState, name: str) -> None:
         """One line per grouped site where, at the end, some groups are neither pruned nor in the slab (their
         mean w^2 between the thresholds at the last E-step): the selection of those inputs is not finished."""
         for site, slab in zip(self.sites, self.slab):
-            active, in_slab = self.group_counts(site, slab)
+            active, in_slab = self.group_counts(own, site, slab)
             undecided = int((active - in_slab).max())
             if undecided:
                 warnings.warn(f"{name}: {site.name}: at the end {undecided} group(s) are neither "
@@ -478,7 +496,7 @@ class GroupEM(SGComponent):
                               f"selection is not finished; run more iterations (or give more rows) before reading "
                               f"the mask")
 
-    def check_pruned(self, kernel, theta: Tensor) -> dict[str, list[list[int]]]:
+    def check_pruned(self, kernel, own: EMState, theta: Tensor) -> dict[str, list[list[int]]]:
         """The groups pruned at the end whose weights the data still pull away from zero
         (:func:`~bnnzoo.inference.group_em.pruned_score_test` on :data:`SCORE_BATCHES` batches of the training
         rows at the last draw, Bonferroni over each chain's pruned groups at level :data:`SCORE_LEVEL`), per
@@ -498,7 +516,7 @@ class GroupEM(SGComponent):
         for site, bias, scores in zip(self.sites, biases, scores_all.split([len(c) for c in columns], -1)):
             size = math.prod(site.shape)
             site_scores = self._groups(scores[..., :size], site)  # [K, C, G, p]
-            pruned = ~self._groups(self.keep[:, site.index], site).any(-1)  # [C, G]
+            pruned = ~self._groups(own.keep[:, site.index], site).any(-1)  # [C, G]
             if bias:  # groups are the network's inputs: the part of each not explained by the kept ones
                 site_scores = _residual_scores(site_scores, scores[..., size:], x, pruned)
             p_value = pruned_score_test(site_scores)[1]

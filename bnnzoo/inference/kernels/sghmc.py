@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -12,7 +13,7 @@ from ..sgmcmc import sghmc_step, sghmc_variance_ratio
 from ..options import option, positive
 from .sgmcmc import AUTO, Dynamics, SGLDOptions, SGMCMCKernel, SGParts, auto_or
 
-__all__ = ["NOISE_ESTIMATES", "SGHMC", "SGHMCDynamics", "SGHMCOptions"]
+__all__ = ["NOISE_ESTIMATES", "NoiseEstimate", "SGHMC", "SGHMCDynamics", "SGHMCOptions"]
 
 Tensor = torch.Tensor
 NOISE_ESTIMATES = ("running",)
@@ -47,9 +48,16 @@ class SGHMCOptions(SGLDOptions):
             raise ValueError(f"noise_estimate must be in [0, friction={self.friction}), got {value!r}")
 
 
+class NoiseEstimate(NamedTuple):
+    """The running per-coordinate mean and variance of the gradient, ``[C, D]`` each."""
+
+    mean: Tensor
+    variance: Tensor
+
+
 class SGHMCDynamics(Dynamics):
     r"""SGHMC's update in the SGD-with-momentum form (:func:`sghmc_step`), the momentum its
-    auxiliary state:
+    auxiliary variable:
 
     .. math::
         v_{k+1} = (1-\alpha)v_k - \eta_k\nabla\tilde U(\theta_k) + N(0, 2(\alpha-\hat\beta)\eta_k/\tau_k),\quad
@@ -57,37 +65,38 @@ class SGHMCDynamics(Dynamics):
 
     the momentum starting from its stationary law :math:`N(0, \eta_1/\tau_1)`. :math:`\hat\beta` is a
     constant, or with ``noise_estimate="running"`` half the step size times a running
-    per-coordinate variance of the gradient (rate ``noise_decay``), at most the friction."""
+    per-coordinate variance of the gradient (rate ``noise_decay``; a :class:`NoiseEstimate`, the
+    dynamics' own state), at most the friction."""
 
     def __init__(self, friction: float, noise_estimate: float | str, noise_decay: float):
         self.friction = friction
         self.noise_estimate = noise_estimate
         self.noise_decay = noise_decay
-        self.grad_mean: Tensor | None = None
-        self.grad_var: Tensor | None = None
 
     @classmethod
     def from_options(cls, options: SGHMCOptions) -> "SGHMCDynamics":
         return cls(options.friction, options.noise_estimate, options.noise_decay)
 
-    def beta_hat(self, grad: Tensor, step_size: float) -> float | Tensor:
+    def beta_hat(self, grad: Tensor, step_size: float,
+                 estimate: NoiseEstimate | None) -> tuple[float | Tensor, NoiseEstimate | None]:
+        """:math:`\hat\beta` and the running estimate after ``grad``."""
         if self.noise_estimate != "running":
-            return float(self.noise_estimate)
+            return float(self.noise_estimate), None
         r = self.noise_decay
-        if self.grad_mean is None:
-            self.grad_mean, self.grad_var = grad.clone(), torch.zeros_like(grad)
+        if estimate is None:
+            estimate = NoiseEstimate(grad.clone(), torch.zeros_like(grad))
         else:
-            delta = grad - self.grad_mean
-            self.grad_mean = self.grad_mean + r * delta
-            self.grad_var = (1 - r) * (self.grad_var + r * delta * delta)
-        return (0.5 * step_size * self.grad_var).clamp(max=self.friction)
+            delta = grad - estimate.mean
+            estimate = NoiseEstimate(estimate.mean + r * delta, (1 - r) * (estimate.variance + r * delta * delta))
+        return (0.5 * step_size * estimate.variance).clamp(max=self.friction), estimate
 
-    def initial_aux(self, kernel, theta, step_size, inverse_temperature):
+    def initial_aux(self, theta, step_size, inverse_temperature):
         return math.sqrt(step_size / inverse_temperature) * torch.randn_like(theta)
 
-    def step(self, kernel, theta, aux, grad, step_size, inverse_temperature):
-        beta_hat = self.beta_hat(grad, step_size)
-        return sghmc_step(theta, aux, grad, step_size, self.friction, beta_hat, inverse_temperature)
+    def step(self, theta, aux, own, grad, step_size, inverse_temperature, components):
+        beta_hat, own = self.beta_hat(grad, step_size, own)
+        theta, momentum = sghmc_step(theta, aux, grad, step_size, self.friction, beta_hat, inverse_temperature)
+        return theta, momentum, own
 
     def variance_ratio(self, step_size, curvature, noise):
         # the injected noise as if beta-hat were 0 (a noise estimate removes what it expects the

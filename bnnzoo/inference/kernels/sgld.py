@@ -14,8 +14,8 @@ class LangevinDynamics(Dynamics):
     .. math:: \theta_{k+1} = \theta_k - \epsilon_k\nabla\tilde U(\theta_k) + \sqrt{2\epsilon_k/\tau_k}\;\xi_k.
     """
 
-    def step(self, kernel, theta, aux, grad, step_size, inverse_temperature):
-        return sgld_step(theta, grad, step_size, inverse_temperature), None
+    def step(self, theta, aux, own, grad, step_size, inverse_temperature, components):
+        return sgld_step(theta, grad, step_size, inverse_temperature), None, None
 
     def variance_ratio(self, step_size, curvature, noise):
         return sgld_variance_ratio(step_size, curvature, noise)

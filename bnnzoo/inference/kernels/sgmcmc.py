@@ -43,12 +43,17 @@ The chain keeps running; the failure (phase, iteration, draw, reason) is in
 ``["failed_at"]`` and the InferenceData attributes, and a ``UserWarning`` at the
 end of the run names it.
 
-The update rules are pure functions in :mod:`bnnzoo.inference.sgmcmc`. :class:`SGMCMCKernel` is
-the one driver (minibatch force, schedules, temperature, thinning, pruning, failure checks,
-statistics); a kernel one level below it names its parts (:meth:`SGMCMCKernel.sg_parts`, an
-:class:`SGParts`): the update rule (a :class:`Dynamics`: Langevin, SGHMC's momentum form, ...), the
-components beside the loop (:class:`SGComponent`: the spike-and-slab stochastic approximation, the
-group E-step) and, where it is not the potential's, the force (:class:`Force`).
+The update rules are pure functions in :mod:`bnnzoo.inference.sgmcmc`. The transition is on the
+sampler core (:mod:`~bnnzoo.inference.kernels.transition`): :class:`SGSampler` has ``init(position)
+-> SGState`` and ``step(state, params) -> (SGState, SGInfo)``, one step a draw of one or more
+iterations (minibatch force, schedules, temperature, pruning, failure monitor); the explicit
+:class:`SGState` holds the position, the dynamics' auxiliary variable, the iteration counter, the
+components' states and the monitor, chains leading. :class:`SGMCMCKernel` is the SG adapter (the
+``"auto"`` options, the failure records, the expected sd inflation, the end of a run); a kernel one
+level below it names its parts (:meth:`SGMCMCKernel.sg_parts`, an :class:`SGParts`): the update rule
+(a :class:`Dynamics`: Langevin, SGHMC's momentum form, ...), the components beside the loop
+(:class:`SGComponent`: the spike-and-slab stochastic approximation, the group E-step, each with its
+state in the :class:`SGState`) and, where it is not the potential's, the force (:class:`Force`).
 
 Per-draw statistics: ``step_size``, ``temperature`` (:math:`1/\tau`), ``lp``
 (a *minibatch estimate* of the log density at the point the draw's last
@@ -71,7 +76,7 @@ import math
 import warnings
 import dataclasses
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import pyro
@@ -81,11 +86,13 @@ from ..potential import BNNPotential, PyroPotential
 from ..pruning import MagnitudePruning
 from ..sgmcmc import (AUTO, SCHEDULES, StepSizeSchedule, finite_chains, inverse_temperature_at, keep_chains,
                       largest_curvature, minibatch_rows)
-from .base import BaseOptions, FlatKernel
+from .base import BaseOptions
+from .transition import TransitionKernel
 from ..options import choice, flag, integer, interval, option, optional, positive, site_names
 
-__all__ = ["AUTO", "BLOWUP_FACTOR", "Dynamics", "FROZEN_ITERATIONS", "Force", "SGComponent", "SGLDOptions",
-           "SGMCMCKernel", "SGMCMCOptions", "SGParts", "auto_or", "fan_in_radius", "minibatch_data", "step_size_rule"]
+__all__ = ["AUTO", "BLOWUP_FACTOR", "ChainHealth", "Dynamics", "FROZEN_ITERATIONS", "Force", "SGComponent", "SGInfo",
+           "SGLDOptions", "SGMCMCKernel", "SGMCMCOptions", "SGParams", "SGParts", "SGSampler", "SGState", "SGWarmup",
+           "auto_or", "check_health", "fan_in_radius", "minibatch_data", "step_size_rule"]
 
 Tensor = torch.Tensor
 #: InferenceData attributes of every SG-MCMC run
@@ -241,19 +248,84 @@ class SGLDOptions(SGMCMCOptions):
         return MagnitudePruning(self.prune, self.prune_decay, self.prune_period, sites)
 
 
+# ------------------------------------------------------------ the explicit state
+class ChainHealth(NamedTuple):
+    """The failure monitor of the chains (module docstring), each ``[C]``: ``nonfinite_run`` the
+    iterations in a row with a non-finite potential or gradient, ``failed``, and where a chain failed:
+    ``failed_at`` its iteration (0: none), ``cause`` (:data:`CAUSES`: 0 none), ``size`` its
+    :math:`\\max_d|\\theta_d|` then, ``bound`` the blow-up bound (:data:`BLOWUP_FACTOR` times its initial radius)."""
+
+    nonfinite_run: Tensor
+    failed: Tensor
+    failed_at: Tensor
+    cause: Tensor
+    size: Tensor
+    bound: Tensor
+
+
+#: ChainHealth.cause: 1 overflow, 2 blown up, 3 frozen
+CAUSES = ("", "overflow", "blown up", "frozen")
+
+
+class SGState(NamedTuple):
+    """An SG-MCMC sampler's state, chains leading: ``position`` ``[C, D]``; ``aux`` the dynamics'
+    auxiliary variable (None; SGHMC's momentum ``[C, D]``; a tuple of them); ``dynamics`` the
+    dynamics' own running statistics (None; SGHMC's running noise estimate); ``iteration`` k, the
+    SG-MCMC iterations done (the step-size and temperature schedules read it); ``components`` each
+    component's state, in the order of :attr:`SGParts.components`; ``pruning`` the magnitude-pruning
+    masks ``[C, n]`` per pruned site (None: no pruning); ``health`` the failure monitor; ``value`` the
+    minibatch :math:`U` ``[C]`` of the last draw (``lp = -value``; None before the first); ``grad``
+    None (there is no exact gradient to keep)."""
+
+    position: Tensor
+    aux: Any
+    dynamics: Any
+    iteration: int
+    components: tuple
+    pruning: tuple | None
+    health: ChainHealth
+    value: Tensor | None = None
+    grad: None = None
+
+
+class SGParams(NamedTuple):
+    """Iterations per draw: ``thin``, or with ``cycle_ends`` to the end of the ``thin``-th cycle
+    from here (the cyclical schedule's draws at cycle ends). Warm-up draws are one iteration each
+    (:class:`SGWarmup`)."""
+
+    thin: int
+    cycle_ends: bool = False
+
+
+class SGInfo(NamedTuple):
+    """One draw's statistics: ``diverging`` (an iteration of the draw kept its point), the
+    ``step_size`` and ``temperature`` (:math:`1/\\tau`) of its last iteration, and ``stats``: the
+    components' statistics and the pruning's ``sparsity``, named by the model's sites."""
+
+    diverging: Tensor
+    step_size: float
+    temperature: float
+    stats: dict
+
+
 # ------------------------------------------------------------ the parts of a kernel
 class Dynamics:
     """The update rule of an SG-MCMC kernel, ``(theta, aux) -> (theta', aux')`` on ``[C, D]``
-    (aux: the auxiliary state, e.g. a momentum; a ``[C, D]`` tensor, a tuple of them, or None),
-    a part the kernel holds (:class:`SGParts`). Its state, if any, is plain attributes (a
-    checkpoint stores it); the kernel comes with every call."""
+    (SGLD's Langevin step; SGHMC's momentum step, its momentum the auxiliary variable). Its
+    configuration comes from the kernel once per setup (:meth:`prepare`); everything that changes
+    is in the :class:`SGState` (``aux``, and ``own``: its running statistics)."""
 
-    def initial_aux(self, kernel, theta: Tensor, step_size: float, inverse_temperature: float):
-        """The auxiliary state before the first iteration; None (the default) where there is none."""
+    def prepare(self, kernel) -> None:
+        """Configuration from the kernel's resolved options, once per setup (the default: none)."""
+
+    def initial_aux(self, theta: Tensor, step_size: float, inverse_temperature: float):
+        """The auxiliary variable before the first iteration; None (the default) where there is none."""
         return None
 
-    def step(self, kernel, theta: Tensor, aux, grad: Tensor, step_size: float, inverse_temperature: float):
-        """One update from the (finite, or zeroed) force ``grad``: ``(theta', aux')``."""
+    def step(self, theta: Tensor, aux, own, grad: Tensor, step_size: float, inverse_temperature: float,
+             components: tuple):
+        """One update from the (finite, or zeroed) force ``grad``: ``(theta', aux', own')``;
+        ``components`` the components' states (read only)."""
         raise NotImplementedError
 
     def variance_ratio(self, step_size: float, curvature: float, noise: float) -> float | None:
@@ -266,21 +338,26 @@ class Force:
     """A force other than the potential's minibatch ``U`` and gradient (the spike-and-slab
     kernels', group-sparse SGHMC's mean-loss gradient)."""
 
-    def force(self, kernel, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
-        """``(U estimate [C], gradient [C, D])`` at ``theta`` on the minibatch ``rows`` (None: all)."""
+    def prepare(self, kernel, theta: Tensor) -> None:
+        """Configuration from the kernel (its potential), once per setup (the default: none)."""
+
+    def force(self, theta: Tensor, rows: Tensor | None, iteration: int, last: bool, own):
+        """``(U estimate [C], gradient [C, D], own')`` at ``theta`` on the minibatch ``rows`` (None:
+        all) at ``iteration`` k; ``last``: the draw's last iteration (where ``U`` is reported); ``own``
+        the state of the component that is this force (None where it is none)."""
         raise NotImplementedError
 
 
 class SGComponent:
     """A part of an SG-MCMC kernel beside its loop (the spike-and-slab stochastic approximation,
-    the group E-step). Each method is called at one point of the driver, after the driver's own
-    work there: :meth:`check_potential` (before sampling), :meth:`resolve_auto` (values of its
-    ``"auto"`` options), :meth:`curvature_point` (the point of the ``step_size="auto"``
-    curvature), :meth:`prepare` (once per setup, at the initial point), :meth:`before_update`
-    (every iteration, after the force, before the update), :meth:`after_step` (on the kept point),
-    :meth:`draw_stats`, :meth:`final_state` and :meth:`notes` (reporting; ``notes`` at the end of a
-    run, where a component also warns about what its state shows). The defaults do nothing. A
-    component's state is plain attributes (a checkpoint stores it); the kernel comes with every call."""
+    the group E-step), with its own state in :attr:`SGState.components`. Setup, with the kernel:
+    :meth:`check_potential` (before sampling), :meth:`resolve_auto` (values of its ``"auto"``
+    options), :meth:`curvature_point` (the point of the ``step_size="auto"`` curvature),
+    :meth:`prepare` (its configuration, once per setup). The transition, on its state: :meth:`init`
+    (at the initial point), :meth:`before_update` (every iteration, after the force, before the
+    update), :meth:`after_step` (on the kept point). Reporting: :meth:`draw_stats`,
+    :meth:`final_state` and :meth:`notes` (at the end of a run, where a component also warns about
+    what its state shows). The defaults do nothing."""
 
     def check_potential(self, kernel, potential) -> None:
         pass
@@ -294,19 +371,22 @@ class SGComponent:
     def prepare(self, kernel, theta: Tensor) -> None:
         pass
 
-    def before_update(self, kernel, theta: Tensor) -> None:
-        pass
+    def init(self, position: Tensor):
+        return None
 
-    def after_step(self, kernel, theta: Tensor) -> Tensor:
+    def before_update(self, own, theta: Tensor, iteration: int):
+        return own
+
+    def after_step(self, own, theta: Tensor) -> Tensor:
         return theta
 
-    def draw_stats(self, kernel, theta: Tensor) -> dict:
+    def draw_stats(self, own, theta: Tensor) -> dict:
         return {}
 
-    def final_state(self, kernel) -> dict:
+    def final_state(self, own, num_chains: int) -> dict:
         return {}
 
-    def notes(self, kernel) -> dict:
+    def notes(self, kernel, own) -> dict:
         return {}
 
 
@@ -319,13 +399,167 @@ class SGParts(NamedTuple):
     force: Force | None = None
 
 
-class SGMCMCKernel(FlatKernel):
-    """The one driver of the SG-MCMC kernels: minibatches, schedules, temperature, thinning,
-    pruning, failure checks, statistics and the expected sd inflation. A kernel one level below
-    it names its parts in :meth:`sg_parts` (its :class:`Dynamics`, its :class:`SGComponent` s, its
-    :class:`Force`); none overrides the driver's steps (rules that differ between kernels, such as
-    the ``"auto"`` step size or the temperature, are methods of their options). Options: a
-    :class:`SGMCMCOptions`.
+# ------------------------------------------------------------ the sampler
+def check_health(health: ChainHealth, theta: Tensor, force_ok: Tensor, overflow: Tensor,
+                 iteration: int) -> ChainHealth:
+    """The failure monitor after an iteration (module docstring): ``theta`` the kept ``[C, D]``
+    point, ``force_ok`` ``[C]`` a finite U and gradient at the old point, ``overflow`` ``[C]`` a
+    step from them that left the finite numbers."""
+    run = torch.where(force_ok, torch.zeros_like(health.nonfinite_run), health.nonfinite_run + 1)
+    size = theta.detach().abs().amax(-1)
+    blown = size > health.bound
+    frozen = run >= FROZEN_ITERATIONS
+    new = (overflow | blown | frozen) & ~health.failed
+    if not bool(new.any()):
+        return health._replace(nonfinite_run=run)
+    cause = torch.where(overflow, 1, torch.where(blown, 2, 3)).to(health.cause.dtype)
+    return ChainHealth(run, health.failed | new, torch.where(new, iteration, health.failed_at),
+                       torch.where(new, cause, health.cause), torch.where(new, size.to(health.size.dtype), health.size),
+                       health.bound)
+
+
+class SGSampler:
+    """The SG-MCMC transition (module docstring) on explicit states: :meth:`init` and :meth:`step`.
+    One step is one draw: :meth:`iterations` SG-MCMC iterations (:meth:`iterate`), each a minibatch,
+    the force, the components' updates, the dynamics, the pruning and the failure monitor. It holds
+    only configuration (the potential, the parts, the schedules); a checkpoint stores the state."""
+
+    def __init__(self, potential, parts: SGParts, schedule: StepSizeSchedule, temperature: tuple[float, float, float],
+                 batch_size: int | None, shared_minibatch: bool, pruner=None):
+        self.potential, self.parts, self.schedule, self.temperature = potential, parts, schedule, temperature
+        self.batch_size, self.shared_minibatch, self.pruner = batch_size, shared_minibatch, pruner
+        components = parts.components
+        self.force_index = next((i for i, c in enumerate(components) if c is parts.force), None)
+
+    @property
+    def num_data(self) -> int | None:
+        return getattr(self.potential, "num_data", None)
+
+    def init(self, position: Tensor) -> SGState:
+        chains, device = position.shape[0], position.device
+        radius = position.detach().abs().amax(-1).nan_to_num(nan=1.0, posinf=1.0).clamp(min=1.0)
+        zeros = torch.zeros(chains, dtype=torch.long, device=device)
+        health = ChainHealth(zeros, torch.zeros(chains, dtype=torch.bool, device=device), zeros, zeros,
+                             torch.zeros(chains, dtype=position.dtype, device=device), BLOWUP_FACTOR * radius)
+        masks = None if self.pruner is None else self.pruner.initial_masks(chains, device)
+        return SGState(position, None, None, 0, tuple(c.init(position) for c in self.parts.components), masks, health)
+
+    def iterations(self, iteration: int, params: SGParams) -> int:
+        """SG-MCMC iterations of the draw after ``iteration``: ``thin``, or to the end of the
+        ``thin``-th cycle from there."""
+        if params.cycle_ends:
+            length = self.schedule.cycle_length
+            return length - iteration % length + (params.thin - 1) * length
+        return params.thin
+
+    def step(self, state: SGState, params: SGParams,
+             generator: torch.Generator | None = None) -> tuple[SGState, SGInfo]:
+        """One draw. The random numbers come from torch's global generator (``generator`` is not
+        used: the row draws and noises keep their order)."""
+        iterations = self.iterations(state.iteration, params)
+        diverging = torch.zeros(state.position.shape[0], dtype=torch.bool, device=state.position.device)
+        previous = state.value
+        for i in range(iterations):
+            state, value, bad = self.iterate(state, last=i == iterations - 1)
+            diverging |= bad
+        value = value.detach()
+        if previous is not None:  # a non-finite minibatch estimate keeps the last draw's
+            value = torch.where(torch.isfinite(value), value, previous)
+        k = state.iteration
+        info = SGInfo(diverging, float(self.schedule(k)), 1.0 / inverse_temperature_at(k, *self.temperature),
+                      self.draw_stats(state))
+        return state._replace(value=value), info
+
+    def draw_rows(self, chains: int) -> Tensor | None:
+        """An iteration's minibatch for ``chains`` chains (None: the full data)."""
+        if self.batch_size is None or self.batch_size == self.num_data:
+            return None
+        return minibatch_rows(self.num_data, self.batch_size, chains, self.shared_minibatch, self.potential.device)
+
+    def force(self, state: SGState, theta: Tensor, rows: Tensor | None, iteration: int,
+              last: bool = True) -> tuple[Tensor, Tensor, tuple]:
+        """Minibatch ``U`` ``[C]``, its gradient ``[C, D]`` at ``theta`` and the components' states
+        (the force's own updated): the kernel's :class:`Force` where it has one, else the potential's."""
+        components = state.components
+        force = self.parts.force
+        if force is None:
+            if rows is None:
+                return (*self.potential.value_and_grad(theta), components)
+            return (*self.potential.minibatch_value_and_grad(theta, rows), components)
+        own = None if self.force_index is None else components[self.force_index]
+        value, grad, own = force.force(theta, rows, iteration, last, own)
+        if self.force_index is not None:
+            components = components[:self.force_index] + (own,) + components[self.force_index + 1:]
+        return value, grad, components
+
+    def iterate(self, state: SGState, last: bool = True) -> tuple[SGState, Tensor, Tensor]:
+        """One SG-MCMC iteration: ``(state', U at the old point [C], diverging [C])``."""
+        theta, k = state.position, state.iteration + 1
+        step_size = self.schedule(k)
+        tau = inverse_temperature_at(k, *self.temperature)
+        value, grad, components = self.force(state, theta, self.draw_rows(theta.shape[0]), k, last)
+        force_ok = torch.isfinite(value) & torch.isfinite(grad).all(-1)
+        grad = torch.where(force_ok.unsqueeze(-1), grad, torch.zeros_like(grad))
+        dynamics, masks, aux = self.parts.dynamics, state.pruning, state.aux
+        if aux is None:
+            aux = dynamics.initial_aux(theta, step_size, tau)
+            if aux is not None and masks is not None:
+                aux = self.pruner.zero(aux, masks)
+        components = tuple(c.before_update(own, theta, k) for c, own in zip(self.parts.components, components))
+        theta_new, aux_new, own = dynamics.step(theta, aux, state.dynamics, grad, step_size, tau, components)
+        finite = finite_chains(theta_new)
+        if aux_new is not None:
+            finite = finite & finite_chains(aux_new)
+        ok = force_ok & finite
+        if aux_new is not None:
+            aux = keep_chains(ok, aux_new, aux)
+        theta_new = torch.where(ok.unsqueeze(-1), theta_new, theta)
+        if masks is not None:  # the pruning, then the components, on the kept point
+            theta_new, masks = self.pruner.grow(theta_new, masks, k)
+            if aux is not None:
+                aux = self.pruner.zero(aux, masks)
+        for c, own_c in zip(self.parts.components, components):
+            theta_new = c.after_step(own_c, theta_new)
+        health = check_health(state.health, theta_new, force_ok, force_ok & ~finite, k)
+        new = SGState(theta_new, aux, own, k, components, masks, health, state.value)
+        return new, value, ~ok
+
+    def draw_stats(self, state: SGState) -> dict[str, Tensor]:
+        """Extra per-draw statistics (``[C]`` tensors): the components', and the pruning's
+        ``sparsity`` where no component gives one."""
+        stats = {}
+        for c, own in zip(self.parts.components, state.components):
+            stats.update(c.draw_stats(own, state.position))
+        if state.pruning is not None and "sparsity" not in stats:
+            stats["sparsity"] = self.pruner.sparsity(state.pruning)
+        return stats
+
+
+class SGWarmup:
+    """The warm-up of an SG-MCMC kernel: one iteration per warm-up draw; at the last warm-up step
+    the sampling parameters (``thin`` iterations, or cycles, per draw). Nothing is tuned."""
+
+    def __init__(self, sampling: SGParams):
+        self.sampling = sampling
+        self.num_steps = 0
+
+    def start(self, sampler, state, params, num_steps: int):
+        self.num_steps = num_steps
+        return state, SGParams(1)
+
+    def update(self, sampler, t: int, state, info, params):
+        return state, (self.sampling if t == self.num_steps - 1 else params)
+
+
+# ------------------------------------------------------------ the adapter
+class SGMCMCKernel(TransitionKernel):
+    """The one driver of the SG-MCMC kernels: the :class:`SGSampler` (minibatches, schedules,
+    temperature, thinning, pruning, failure monitor) as a Pyro kernel, with its setup (the
+    ``"auto"`` options) and the end of a run (failures, the expected sd inflation, the components'
+    notes and final state). A kernel one level below it names its parts in :meth:`sg_parts` (its
+    :class:`Dynamics`, its :class:`SGComponent` s, its :class:`Force`); none overrides the driver's
+    steps (rules that differ between kernels, such as the ``"auto"`` step size or the temperature,
+    are methods of their options). Options: a :class:`SGMCMCOptions`.
 
     ``batch_size`` needs a potential with ``num_data`` and
     ``minibatch_value_and_grad(theta, rows)``: a BNN, or a Pyro model whose
@@ -336,6 +570,9 @@ class SGMCMCKernel(FlatKernel):
 
     Options = SGMCMCOptions
     stat_names = ("diverging", "lp", "step_size", "temperature")
+    #: rebuilt by ``setup()``, never stored in a checkpoint (the parts' configuration included: it follows
+    #: the resolved options, which are stored)
+    checkpoint_environment = TransitionKernel.checkpoint_environment + ("parts", "_configured_for")
 
     def __init__(self, model=None, potential=None, **options):
         super().__init__(model, potential, **options)
@@ -354,20 +591,12 @@ class SGMCMCKernel(FlatKernel):
     # ---------------------------------------------------------------- state
     def _reset(self) -> None:
         super()._reset()
-        self._k = 0  # SG-MCMC iterations done (warm-up included)
         # the expected sd inflation (inflation()): curvature, gradient noise, sum of variance ratios
         self._inflation: dict | None = None
-        self._aux: Tensor | None = None  # the auxiliary state of the dynamics (SGHMC's momentum)
-        self.parts = self.sg_parts()  # fresh per setup: the parts' state is the run's
-        self._pruner = None
-        self._last_lp: Tensor | None = None
-        self._last_iteration = True
-        # failure detection (module docstring): per chain, plain tensors and lists
-        self._blowup_bound: Tensor | None = None  # [C] BLOWUP_FACTOR x the initial radius
-        self._nonfinite_run: Tensor | None = None  # [C] iterations in a row with a non-finite U or gradient
-        self._failed: Tensor | None = None  # [C] bool
+        self.parts = self.sg_parts()  # fresh per setup: its configuration is the run's
         self._failures: list = []  # per chain: None, or {"phase", "iteration", "draw", "reason"}
         self._failure_warned = False
+        self._configured_for = None  # the resolved options the parts and the sampler were configured from
 
     def sg_parts(self) -> SGParts:
         """This kernel's parts: its update rule, the components beside the loop, its force."""
@@ -376,6 +605,18 @@ class SGMCMCKernel(FlatKernel):
     def component(self, kind: type) -> SGComponent | None:
         """This kernel's component of class ``kind`` (None: it has none)."""
         return next((c for c in self.parts.components if isinstance(c, kind)), None)
+
+    def component_state(self, kind: type):
+        """The current state of this kernel's component of class ``kind`` (None: none, or before setup)."""
+        if self.state is None:
+            return None
+        return next((own for c, own in zip(self.parts.components, self.state.components) if isinstance(c, kind)),
+                    None)
+
+    @property
+    def iteration(self) -> int:
+        """SG-MCMC iterations done (warm-up included)."""
+        return 0 if self.state is None else self.state.iteration
 
     def initial_radius(self) -> float | Tensor:
         if isinstance(self.options.init_radius, str):
@@ -446,18 +687,31 @@ class SGMCMCKernel(FlatKernel):
         self.resolved = dataclasses.replace(self.options, **given)
         self.schedule = self.resolved.step_schedule()
 
-    def prepare(self, theta: Tensor) -> None:
+    def build(self, theta: Tensor) -> tuple[SGSampler, SGWarmup, SGParams]:
+        """The :class:`SGSampler` of the resolved options and the parts, the warm-up (one iteration per
+        draw) and the sampling parameters."""
         self.check_potential(self.potential)
         self._resolve(theta)
-        if self.pruning is not None:
-            self._pruner = self.pruning.bind(self.potential, self.num_chains)
-        radius = theta.detach().abs().amax(-1).nan_to_num(nan=1.0, posinf=1.0).clamp(min=1.0)
-        self._blowup_bound = BLOWUP_FACTOR * radius
-        self._nonfinite_run = torch.zeros(self.num_chains, dtype=torch.long, device=theta.device)
-        self._failed = torch.zeros(self.num_chains, dtype=torch.bool, device=theta.device)
+        sampler = self.configure(theta)
         self._failures = [None] * self.num_chains
+        params = SGParams(self.thin, self._draws_at_cycle_ends(self.schedule.kind))
+        return sampler, SGWarmup(params), params
+
+    def configure(self, theta: Tensor) -> SGSampler:
+        """The parts configured from the resolved options (:attr:`resolved`, :attr:`auto_values`) and
+        the sampler on them. A resumed run restores the resolved options of the run it continues (its
+        ``"auto"`` values came from that run's initial point), so its first transition configures the
+        parts again from them (:meth:`transition`)."""
+        self._configured_for = self.resolved
+        pruning = self.pruning
+        pruner = None if pruning is None else pruning.bind(self.potential, self.num_chains)
+        self.parts.dynamics.prepare(self)
         for component in self.parts.components:
             component.prepare(self, theta)
+        if self.parts.force is not None and self.parts.force not in self.parts.components:
+            self.parts.force.prepare(self, theta)
+        return SGSampler(self.potential, self.parts, self.schedule, self.temperature_schedule(), self.batch_size,
+                         self.shared_minibatch, pruner)
 
     @property
     def pruning(self) -> MagnitudePruning | None:
@@ -495,8 +749,10 @@ class SGMCMCKernel(FlatKernel):
                               f"inflated about {r:.2f}x along the stiffest direction (discretisation and minibatch "
                               "noise); a smaller step_size, a larger batch_size or more iterations of a decaying "
                               "schedule lower it")
-        for component in self.parts.components:
-            notes.update(component.notes(self))
+        states = self.state.components if self.state is not None else (None,) * len(self.parts.components)
+        for component, own in zip(self.parts.components, states):
+            if own is not None:
+                notes.update(component.notes(self, own))
         return notes
 
     def check_batch_size(self, potential) -> None:
@@ -517,94 +773,57 @@ class SGMCMCKernel(FlatKernel):
     def num_data(self) -> int | None:
         return getattr(self.potential, "num_data", None)
 
-    # ------------------------------------------------------------- one step
-    def draw_rows(self) -> Tensor | None:
-        """This iteration's minibatch (None: the full data)."""
-        if self.batch_size is None or self.batch_size == self.num_data:
-            return None
-        return minibatch_rows(self.num_data, self.batch_size, self.num_chains, self.shared_minibatch,
-                              self.potential.device)
-
-    def force(self, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Minibatch ``U`` ``[C]`` and its gradient ``[C, D]`` at ``theta``: the kernel's
-        :class:`Force` where it has one, else the potential's."""
-        if self.parts.force is not None:
-            return self.parts.force.force(self, theta, rows)
-        if rows is None:
-            return self.potential.value_and_grad(theta)
-        return self.potential.minibatch_value_and_grad(theta, rows)
-
-    def after_step(self, theta: Tensor) -> Tensor:
-        """The new ``[C, D]`` point of every iteration, pruned, then through the components."""
-        if self._pruner is not None:
-            theta = self._pruner.step(theta, self._k)
-            if self._aux is not None:
-                self._aux = self._pruner.apply(self._aux)
-        for component in self.parts.components:
-            theta = component.after_step(self, theta)
-        return theta
-
-    def iterate(self, theta: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """One SG-MCMC iteration: ``(theta', U at theta [C], diverging [C])``."""
-        self._k += 1
-        step_size = self.schedule(self._k)
-        tau = inverse_temperature_at(self._k, *self.temperature_schedule())
-        value, grad = self.force(theta, self.draw_rows())
-        force_ok = torch.isfinite(value) & torch.isfinite(grad).all(-1)
-        grad = torch.where(force_ok.unsqueeze(-1), grad, torch.zeros_like(grad))
-        dynamics = self.parts.dynamics
-        if self._aux is None:
-            self._aux = dynamics.initial_aux(self, theta, step_size, tau)
-            if self._aux is not None and self._pruner is not None:
-                self._aux = self._pruner.apply(self._aux)
-        for component in self.parts.components:
-            component.before_update(self, theta)
-        theta_new, aux_new = dynamics.step(self, theta, self._aux, grad, step_size, tau)
-        finite = finite_chains(theta_new)
-        if aux_new is not None:
-            finite = finite & finite_chains(aux_new)
-        ok = force_ok & finite
-        if aux_new is not None:
-            self._aux = keep_chains(ok, aux_new, self._aux)
-        theta_new = torch.where(ok.unsqueeze(-1), theta_new, theta)
-        self._step_size, self._tau = step_size, tau
+    # ------------------------------------------------------------- one draw
+    def transition(self, theta: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """The core's transition (one :meth:`SGSampler.step`), then the run's monitoring: the chains
+        that failed in this draw, and at sampling draws the expected sd inflation."""
+        if self._configured_for is not self.resolved:  # a checkpoint restored the options the run resolved
+            self.sampler = self.configure(self.state.position)
+        before = self._continue(theta)
+        position, stats = super().transition(theta)
+        self._record_failures(before.health, self.state.health)
         if not self.in_warmup:
-            self._add_inflation(theta, step_size)
-        theta_new = self.after_step(theta_new)
-        self._check_failure(theta_new, force_ok, force_ok & ~finite)
-        return theta_new, value, ~ok
+            self._add_inflation(before.position, before.iteration, self.state.iteration)
+        return position, stats
 
     # ------------------------------------------------- the expected sd inflation
     def variance_ratio(self, step_size: float, curvature: float, noise: float) -> float | None:
         """The dynamics' :meth:`Dynamics.variance_ratio`."""
         return self.parts.dynamics.variance_ratio(step_size, curvature, noise)
 
-    def _add_inflation(self, theta: Tensor, step_size: float) -> None:
-        """At each sampling iteration: the variance ratio of its step size, along the stiffest
-        direction at the first sampling point (its curvature and the minibatch gradient noise
-        along it, measured once there)."""
-        if self.variance_ratio(1.0, 1.0, 0.0) is None:
-            return
+    def _add_inflation(self, theta: Tensor, start: int, end: int) -> None:
+        """For the sampling iterations ``start + 1 .. end`` (a draw from ``theta``): the variance ratio of
+        each one's step size, along the stiffest direction at the first sampling point (its curvature
+        and the minibatch gradient noise along it, measured once there)."""
         if self._inflation is None:
+            if self.variance_ratio(1.0, 1.0, 0.0) is None:
+                return
             curvature, noise = self._stiffest(theta)
-            self._inflation = {"curvature": curvature, "noise": noise, "sum": 0.0, "count": 0}
+            self._inflation = {"curvature": curvature, "noise": noise, "sum": 0.0, "count": 0, "last": None}
         info = self._inflation
         if not (math.isfinite(info["curvature"]) and info["curvature"] > 0):
             return
-        info["sum"] += self.variance_ratio(step_size, info["curvature"], info["noise"])
-        info["count"] += 1
+        for k in range(start + 1, end + 1):
+            step_size = self.schedule(k)
+            last = info["last"]  # (step size, its ratio): a constant schedule computes it once
+            if last is None or last[0] != step_size:
+                last = info["last"] = (step_size, self.variance_ratio(step_size, info["curvature"], info["noise"]))
+            info["sum"] += last[1]
+            info["count"] += 1
 
     def _stiffest(self, theta: Tensor) -> tuple[float, float]:
         """The largest curvature of ``U`` at ``theta`` and the variance of the minibatch gradient
         along its direction (over :data:`NOISE_BATCHES` minibatches; 0 with the full data), the
-        run's random stream untouched."""
+        run's random stream and the sampler's state untouched."""
+        sampler, state = self.sampler, self.state
         with torch.random.fork_rng(devices=[theta.device] if theta.device.type == "cuda" else []):
             curvature, direction = largest_curvature(self.potential.value_and_grad, theta, CURVATURE_ITERATIONS,
                                                      return_direction=True)
-            if self.draw_rows() is None or direction is None:
+            chains = theta.shape[0]
+            if sampler.draw_rows(chains) is None or direction is None:
                 return curvature, 0.0
-            projected = torch.stack([(self.force(theta, self.draw_rows())[1] * direction).sum(-1)
-                                     for _ in range(NOISE_BATCHES)])  # [M, C]
+            projected = torch.stack([(sampler.force(state, theta, sampler.draw_rows(chains), state.iteration)[1]
+                                      * direction).sum(-1) for _ in range(NOISE_BATCHES)])  # [M, C]
         return curvature, float(projected.var(0).mean())
 
     def inflation(self) -> dict | None:
@@ -619,32 +838,26 @@ class SGMCMCKernel(FlatKernel):
                 "gradient_noise": info["noise"]}
 
     # ------------------------------------------------------------ failures
-    def _check_failure(self, theta: Tensor, force_ok: Tensor, overflow: Tensor) -> None:
-        """Flag the chains that fail at this iteration (module docstring): ``theta`` the kept
-        ``[C, D]`` point, ``force_ok`` ``[C]`` a finite U and gradient at the old point,
-        ``overflow`` ``[C]`` a step from them that left the finite numbers."""
-        if self._failed is None:  # prepare() did not run (a subclass without super().prepare)
+    def _record_failures(self, before: ChainHealth, after: ChainHealth) -> None:
+        """The chains that failed in this draw (:class:`ChainHealth`), with the draw and the phase."""
+        if after.failed is before.failed:  # check_health keeps the tensor while no chain fails
             return
-        self._nonfinite_run = torch.where(force_ok, torch.zeros_like(self._nonfinite_run), self._nonfinite_run + 1)
-        size = theta.detach().abs().amax(-1)
-        blown = size > self._blowup_bound
-        frozen = self._nonfinite_run >= FROZEN_ITERATIONS
-        new = (overflow | blown | frozen) & ~self._failed
+        new = after.failed & ~before.failed
         if not bool(new.any()):
             return
         phase = "warmup" if self.in_warmup else "sampling"
         draw = len(self._warmup_stats) if self.in_warmup else len(self._stats)
         for c in torch.nonzero(new).flatten().tolist():
-            if bool(overflow[c]):
+            cause, iteration = CAUSES[int(after.cause[c])], int(after.failed_at[c])
+            if cause == "overflow":
                 reason = "the step left the finite numbers (overflow) from a finite potential and gradient"
-            elif bool(blown[c]):
-                reason = (f"max |theta| = {float(size[c]):.3g} exceeds {float(self._blowup_bound[c]):.3g} "
+            elif cause == "blown up":
+                reason = (f"max |theta| = {float(after.size[c]):.3g} exceeds {float(after.bound[c]):.3g} "
                           f"({BLOWUP_FACTOR:g} x the initial radius)")
             else:
                 reason = (f"the potential or its gradient has not been finite for {FROZEN_ITERATIONS} iterations "
-                          f"in a row, since iteration {self._k - FROZEN_ITERATIONS + 1} (the chain is frozen)")
-            self._failures[c] = {"phase": phase, "iteration": int(self._k), "draw": int(draw), "reason": reason}
-        self._failed = self._failed | new
+                          f"in a row, since iteration {iteration - FROZEN_ITERATIONS + 1} (the chain is frozen)")
+            self._failures[c] = {"phase": phase, "iteration": iteration, "draw": int(draw), "reason": reason}
 
     def failure_message(self) -> str | None:
         """One line naming the failed chains (None when every chain is fine)."""
@@ -669,61 +882,31 @@ class SGMCMCKernel(FlatKernel):
     def _draws_at_cycle_ends(self, schedule: str) -> bool:
         return self.options.draws_at_cycle_ends and schedule == "cyclical"
 
-    def iterations_per_draw(self) -> int:
-        """SG-MCMC iterations of the coming draw: 1 in warm-up, ``thin`` after it; with the options'
-        ``draws_at_cycle_ends`` and the cyclical schedule, to the end of the ``thin``-th cycle from here."""
-        if self.in_warmup:
-            return 1
-        if self._draws_at_cycle_ends(self.schedule.kind):
-            length = self.schedule.cycle_length
-            return length - self._k % length + (self.thin - 1) * length
-        return self.thin
-
-    def transition(self, theta: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        diverging = torch.zeros(self.num_chains, dtype=torch.bool, device=theta.device)
-        iterations = self.iterations_per_draw()
-        for i in range(iterations):
-            self._last_iteration = i == iterations - 1  # a force may skip work for lp before that
-            theta, value, bad = self.iterate(theta)
-            diverging |= bad
-        lp = -value.detach()
-        if self._last_lp is not None:
-            lp = torch.where(torch.isfinite(lp), lp, self._last_lp)
-        self._last_lp = lp
-        stats = {"diverging": diverging, "lp": lp, "step_size": float(self._step_size),
-                 "temperature": 1.0 / self._tau}
-        stats.update(self.draw_stats(theta))
-        return theta, stats
-
-    def draw_stats(self, theta: Tensor) -> dict[str, Tensor]:
-        """Extra per-draw statistics (``[C]`` tensors): the components', and the pruning's
-        ``sparsity`` where no component gives one."""
-        stats = {}
-        for component in self.parts.components:
-            stats.update(component.draw_stats(self, theta))
-        if self._pruner is not None and "sparsity" not in stats:
-            stats["sparsity"] = self._pruner.sparsity()
-        return stats
-
     # ------------------------------------------------------------ reporting
+    def tuned(self) -> dict:
+        """Nothing is tuned (the step size is the schedule's)."""
+        return {}
+
     def final_state(self) -> dict:
         """Final per-chain quantities (typed fields of :class:`~bnnzoo.results.Draws`):
         ``{name: {site: [C, ...] array}}``; ``"failure"`` holds ``failed`` (bool), ``warmup``
         (bool), ``iteration`` (0: none), ``draw`` (-1: none) and ``reason`` (str), each ``[C]``."""
         out = {}
-        if self._failed is not None:
-            rows = [f or {"phase": "", "iteration": 0, "draw": -1, "reason": ""} for f in self._failures]
-            out["failure"] = {"failed": self._failed.cpu().numpy().copy(),
-                              "warmup": np.array([r["phase"] == "warmup" for r in rows]),
-                              "iteration": np.array([r["iteration"] for r in rows], dtype=np.int64),
-                              "draw": np.array([r["draw"] for r in rows], dtype=np.int64),
-                              "reason": np.array([r["reason"] for r in rows], dtype=str)}
-        if self._pruner is not None:
+        state = self.state
+        if state is None:
+            return out
+        rows = [f or {"phase": "", "iteration": 0, "draw": -1, "reason": ""} for f in self._failures]
+        out["failure"] = {"failed": state.health.failed.cpu().numpy().copy(),
+                          "warmup": np.array([r["phase"] == "warmup" for r in rows]),
+                          "iteration": np.array([r["iteration"] for r in rows], dtype=np.int64),
+                          "draw": np.array([r["draw"] for r in rows], dtype=np.int64),
+                          "reason": np.array([r["reason"] for r in rows], dtype=str)}
+        if state.pruning is not None:
             shapes = self.potential.shapes
             out["pruning_mask"] = {s: m.reshape((self.num_chains,) + shapes[s]).cpu().numpy()
-                                   for s, m in self._pruner.masks.items()}
-        for component in self.parts.components:
-            out.update(component.final_state(self))
+                                   for s, m in zip(self.sampler.pruner.sites, state.pruning)}
+        for component, own in zip(self.parts.components, state.components):
+            out.update(component.final_state(own, self.num_chains))
         return out
 
     def diagnostics(self) -> dict:
@@ -735,7 +918,5 @@ class SGMCMCKernel(FlatKernel):
     def logging(self):
         log = super().logging()
         if self._stats or self._warmup_stats:
-            log["iteration"] = self._k
+            log["iteration"] = self.iteration
         return log
-
-

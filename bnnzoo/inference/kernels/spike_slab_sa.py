@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pyro
 import torch
@@ -85,7 +86,7 @@ from .sghmc import SGHMCDynamics, SGHMCOptions
 from .sgld import LangevinDynamics
 from .sgmcmc import AUTO, Force, SGComponent, SGLDOptions, SGMCMCKernel, SGParts, auto_or, minibatch_data
 
-__all__ = ["SGHMCSA", "SGHMCSAOptions", "SGLDSA", "SGLDSAOptions", "SpikeSlabAdaptation", "SpikeSlabOptions",
+__all__ = ["SAState", "SGHMCSA", "SGHMCSAOptions", "SGLDSA", "SGLDSAOptions", "SpikeSlabAdaptation", "SpikeSlabOptions",
            "log_prior_except", "sparse_sites", "spike_slab_parts"]
 
 Tensor = torch.Tensor
@@ -191,25 +192,32 @@ def log_prior_except(potential: BNNPotential, values, skip: set[str]) -> Tensor:
 
 
 # ------------------------------------------------------------ the component
+class SAState(NamedTuple):
+    """The state of :class:`SpikeSlabAdaptation`: the hyperparameters (a
+    :class:`~bnnzoo.inference.stochastic_approximation.SpikeSlabState`, chains leading; kernel
+    state, not sampled) and ``omega``, the SA weight of the last iteration."""
+
+    hyper: SpikeSlabState
+    omega: float = 0.0
+
+
 class SpikeSlabAdaptation(SGComponent, Force):
     """The spike-and-slab stochastic approximation (module docstring) as a part of an SG-MCMC
     kernel: the force on the weights under the current hyperparameters, with the SA step of the
     hyperparameters inside its forward pass (one gradient pass per iteration serves both), the
-    learned noise variance pinned to sigma^2, and the statistics. Its state (:attr:`state`, the
-    sparse layers, the SA weight) is plain attributes, set up by :meth:`prepare`.
+    learned noise variance pinned to sigma^2, and the statistics. Its configuration (the sparse
+    layers, the priors' constants, the SA sequence) is set by :meth:`prepare`; its state is an
+    :class:`SAState` in the sampler's state.
 
     Options: the kernel's :class:`SpikeSlabOptions`.
     """
-
-    def __init__(self):
-        self.state: SpikeSlabState | None = None  # the current hyperparameters (kernel state, not sampled)
-        self.omega = 0.0  # the SA weight of the last iteration
 
     def check_potential(self, kernel, potential) -> None:
         sparse_sites(potential, type(kernel).__name__)
 
     def prepare(self, kernel, theta: Tensor) -> None:
         options, potential = kernel.options, kernel.potential
+        self.potential, self.num_data, self.rule = potential, kernel.num_data, kernel.resolved
         self.sites = sparse_sites(potential, type(kernel).__name__)
         likelihood = potential.model.likelihood
         self.regression = isinstance(likelihood, GaussianLikelihood) and likelihood.learned
@@ -218,21 +226,26 @@ class SpikeSlabAdaptation(SGComponent, Force):
                              "shared by every sparse layer (paper 001)")
         self.shared = self.regression or bool(options.shared_sigma)
         priors = [s.prior for s in self.sites]
-        sigmas = [p.sigma for p in priors]
-        if self.shared and len(set(sigmas)) > 1:
+        self.sigmas = [p.sigma for p in priors]
+        if self.shared and len(set(self.sigmas)) > 1:
             raise ValueError(f"a shared sigma needs every SpikeAndSlab prior to start from the same sigma, "
-                             f"got {dict(zip((s.name for s in self.sites), sigmas))}")
+                             f"got {dict(zip((s.name for s in self.sites), self.sigmas))}")
         self.v0 = [p.v0 for p in priors]
         self.v1 = [p.v1 for p in priors]
         self.b = [float(options.beta_b if options.beta_b is not None else s.size) for s in self.sites]
         if min(self.b[i] + options.beta_a + s.size - 2 for i, s in enumerate(self.sites)) <= 0:
             raise ValueError("beta_a + beta_b + p - 2 must be positive for every sparse layer")
-        self.state = SpikeSlabState.initial(kernel.num_chains, [s.size for s in self.sites], self.v0, self.v1,
-                                            sigmas, [p.inclusion_prob for p in priors], device=theta.device)
         self.noise_index = potential.slices["noise_var"] if self.regression else None
         # sites whose model prior the SA kernel leaves out: the sparse layers (the SA prior
         # replaces it) and the pinned noise variance (a hyperparameter, not sampled)
         self.skip_prior = {site.name for site in self.sites} | ({"noise_var"} if self.regression else set())
+
+    def init(self, position: Tensor) -> SAState:
+        """Each prior's sigma and delta, :math:`\\rho = \\delta`, for every chain."""
+        priors = [s.prior for s in self.sites]
+        return SAState(SpikeSlabState.initial(position.shape[0], [s.size for s in self.sites], self.v0, self.v1,
+                                              self.sigmas, [p.inclusion_prob for p in priors],
+                                              device=position.device))
 
     def resolve_auto(self, kernel, theta: Tensor) -> dict:
         """The SA sequence's ``"auto"`` options (:func:`sa_sequence_rule`, from the iterations per
@@ -262,14 +275,16 @@ class SpikeSlabAdaptation(SGComponent, Force):
         directions[index] = False
         return theta, directions
 
-    def noise_variance(self) -> Tensor:
-        return self.state.sigma[:, 0] ** 2
+    @staticmethod
+    def noise_variance(hyper: SpikeSlabState) -> Tensor:
+        return hyper.sigma[:, 0] ** 2
 
     # ------------------------------------------------------------- one step
-    def force(self, kernel, theta: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
+    def force(self, theta: Tensor, rows: Tensor | None, iteration: int, last: bool,
+              own: SAState) -> tuple[Tensor, Tensor, SAState]:
         """Forward pass on the minibatch, SA update of the hyperparameters with the
         current weights (and RSS), then one backward pass under the new ones."""
-        potential, model = kernel.potential, kernel.potential.model
+        potential, model = self.potential, self.potential.model
         x, y, scale = minibatch_data(potential, rows)
         betas = [theta[:, s.index] for s in self.sites]
         theta = theta.detach().requires_grad_(True)
@@ -282,75 +297,73 @@ class SpikeSlabAdaptation(SGComponent, Force):
                 lik = -scale * model.log_likelihood(values, x, y, f=f).sum(-1)
             prior = -(log_prior_except(potential, values, self.skip_prior) + log_det)
             ok = torch.isfinite(lik) & torch.isfinite(prior)
-            self.adapt(kernel, betas, 2 * lik.detach() if self.regression else None, ok)
+            own = self.adapt(own, iteration, betas, 2 * lik.detach() if self.regression else None, ok)
+            hyper = own.hyper
             if self.regression:
-                lik = lik / self.noise_variance()
+                lik = lik / self.noise_variance(hyper)
             value = lik + prior
             (grad,) = torch.autograd.grad(value.sum(), theta)
         for i, (site, beta) in enumerate(zip(self.sites, betas)):
-            grad[:, site.index] += spike_slab_force(beta, self.state.kappa0[i], self.state.kappa1[i],
-                                                    self.state.sigma[:, i])
+            grad[:, site.index] += spike_slab_force(beta, hyper.kappa0[i], hyper.kappa1[i], hyper.sigma[:, i])
         if self.noise_index is not None:
             grad[:, self.noise_index] = 0.0  # pinned to sigma^2
         value = value.detach()
-        if kernel._last_iteration:
-            value = self.potential_value(kernel, value, betas, theta.detach())
-        return value, grad
+        if last:
+            value = self.potential_value(hyper, value, betas, theta.detach())
+        return value, grad, own
 
-    def adapt(self, kernel, betas: list[Tensor], scaled_rss: Tensor | None, ok: Tensor) -> None:
+    def adapt(self, own: SAState, iteration: int, betas: list[Tensor], scaled_rss: Tensor | None,
+              ok: Tensor) -> SAState:
         """The SA step of iteration k > 1 (chains with a finite minibatch potential only)."""
-        self.omega = 0.0
-        if kernel._k <= 1:  # the first iteration moves under the initial hyperparameters
-            return
-        opts, given = kernel.resolved, kernel.options
-        self.omega = 1.0 if opts.mode == "em" else sa_weight(kernel._k, opts.sa_scale, opts.sa_offset, opts.sa_power,
-                                                             opts.sa_max)
-        new = sa_update(self.state, betas, self.omega, self.v0, self.v1, given.beta_a, self.b, given.ig_nu,
-                        given.ig_lambda, self.shared, kernel.num_data, scaled_rss)
-        self.state = new if bool(ok.all()) else new.where(ok, self.state)
+        if iteration <= 1:  # the first iteration moves under the initial hyperparameters
+            return SAState(own.hyper, 0.0)
+        opts, hyper = self.rule, own.hyper
+        omega = 1.0 if opts.mode == "em" else sa_weight(iteration, opts.sa_scale, opts.sa_offset, opts.sa_power,
+                                                        opts.sa_max)
+        new = sa_update(hyper, betas, omega, self.v0, self.v1, opts.beta_a, self.b, opts.ig_nu, opts.ig_lambda,
+                        self.shared, self.num_data, scaled_rss)
+        return SAState(new if bool(ok.all()) else new.where(ok, hyper), omega)
 
-    def potential_value(self, kernel, value: Tensor, betas: list[Tensor], theta: Tensor) -> Tensor:
+    def potential_value(self, hyper: SpikeSlabState, value: Tensor, betas: list[Tensor], theta: Tensor) -> Tensor:
         """Minibatch ``-log p(weights, y)`` under the current hyperparameters (indicator
         marginalised): ``value`` plus the likelihood's normalising term and the sparse
         layers' spike-and-slab densities; the pinned noise variance is no sampled
         parameter, so its log|Jacobian| (in ``value``) comes out."""
         if self.regression:
-            value = value + 0.5 * kernel.num_data * torch.log(2 * math.pi * self.noise_variance())
+            value = value + 0.5 * self.num_data * torch.log(2 * math.pi * self.noise_variance(hyper))
             u = theta[:, self.noise_index][:, 0]
-            bijection = kernel.potential.transforms["noise_var"].inv
+            bijection = self.potential.transforms["noise_var"].inv
             value = value + bijection.log_abs_det_jacobian(u, bijection(u))
         for i, (site, beta) in enumerate(zip(self.sites, betas)):
-            sigma, delta = self.state.sigma[:, i:i + 1], self.state.delta[:, i:i + 1]
+            sigma, delta = hyper.sigma[:, i:i + 1], hyper.delta[:, i:i + 1]
             density = spike_slab_log_density(beta, "laplace", sigma * site.prior.v0,
                                              sigma * math.sqrt(site.prior.v1), delta)
             value = value - density.sum(-1)
         return value
 
-    def after_step(self, kernel, theta: Tensor) -> Tensor:
+    def after_step(self, own: SAState, theta: Tensor) -> Tensor:
         if self.noise_index is not None:
             theta = theta.clone()
-            pinned = kernel.potential.transforms["noise_var"](self.noise_variance())
+            pinned = self.potential.transforms["noise_var"](self.noise_variance(own.hyper))
             theta[:, self.noise_index] = pinned.unsqueeze(-1)
         return theta
 
     # ------------------------------------------------------------ reporting
-    def draw_stats(self, kernel, theta: Tensor) -> dict[str, Tensor]:
-        stats = {}
+    def draw_stats(self, own: SAState, theta: Tensor) -> dict[str, Tensor]:
+        stats, hyper = {}, own.hyper
         for i, site in enumerate(self.sites):
-            stats[f"sigma[{site.name}]"] = self.state.sigma[:, i].clone()
-            stats[f"delta[{site.name}]"] = self.state.delta[:, i].clone()
-        rho = torch.cat(self.state.rho, -1)
+            stats[f"sigma[{site.name}]"] = hyper.sigma[:, i].clone()
+            stats[f"delta[{site.name}]"] = hyper.delta[:, i].clone()
+        rho = torch.cat(hyper.rho, -1)
         weights = torch.cat([theta[:, s.index] for s in self.sites], -1)
         stats["inclusion_prob_mean"] = rho.mean(-1)
         stats["sparsity"] = (weights == 0).to(rho.dtype).mean(-1)
-        stats["sa_step_size"] = float(self.omega)
+        stats["sa_step_size"] = float(own.omega)
         return stats
 
-    def final_state(self, kernel) -> dict:
-        if self.state is None:
-            return {}
-        return {"inclusion_prob": {s.name: r.reshape((kernel.num_chains,) + s.shape).cpu().numpy()
-                                   for s, r in zip(self.sites, self.state.rho)}}
+    def final_state(self, own: SAState, num_chains: int) -> dict:
+        return {"inclusion_prob": {s.name: r.reshape((num_chains,) + s.shape).cpu().numpy()
+                                   for s, r in zip(self.sites, own.hyper.rho)}}
 
 
 # ------------------------------------------------------------ the kernels
@@ -372,7 +385,7 @@ class SGLDSA(SGMCMCKernel):
     >>> from bnnzoo.models import BNN, zoo
     >>> kernel = SGLDSA(BNN(zoo.get("sparse_linear")), step_size=1e-3, schedule="polynomial", batch_size=50)
     >>> MCMC(kernel, num_samples=1000, warmup_steps=1000).run(x, y)
-    >>> kernel.state.rho   # inclusion probabilities, one [C, p] tensor per sparse layer
+    >>> kernel.hyper.rho   # inclusion probabilities, one [C, p] tensor per sparse layer
     """
 
     Options = SGLDSAOptions
@@ -381,9 +394,10 @@ class SGLDSA(SGMCMCKernel):
         return spike_slab_parts(LangevinDynamics())
 
     @property
-    def state(self) -> SpikeSlabState:
-        """The current hyperparameters (kernel state, not sampled)."""
-        return self.component(SpikeSlabAdaptation).state
+    def hyper(self) -> SpikeSlabState | None:
+        """The current hyperparameters (kernel state, not sampled; None before setup)."""
+        own = self.component_state(SpikeSlabAdaptation)
+        return None if own is None else own.hyper
 
 
 class SGHMCSA(SGMCMCKernel):
@@ -399,6 +413,7 @@ class SGHMCSA(SGMCMCKernel):
         return spike_slab_parts(SGHMCDynamics.from_options(self.options))
 
     @property
-    def state(self) -> SpikeSlabState:
-        """The current hyperparameters (kernel state, not sampled)."""
-        return self.component(SpikeSlabAdaptation).state
+    def hyper(self) -> SpikeSlabState | None:
+        """The current hyperparameters (kernel state, not sampled; None before setup)."""
+        own = self.component_state(SpikeSlabAdaptation)
+        return None if own is None else own.hyper

@@ -60,8 +60,15 @@ class Adaptation(Protocol):
 
 
 def info_row(info: NamedTuple) -> dict[str, Any]:
-    """An ``Info`` as per-draw statistics: its fields that are not None."""
-    return {k: v for k, v in info._asdict().items() if v is not None}
+    """An ``Info`` as per-draw statistics: its fields that are not None; a field that is a ``dict`` gives
+    its entries (statistics named by the model, e.g. one per site)."""
+    row = {}
+    for k, v in info._asdict().items():
+        if isinstance(v, dict):
+            row.update(v)
+        elif v is not None:
+            row[k] = v
+    return row
 
 
 class TransitionKernel(FlatKernel):

@@ -224,10 +224,12 @@ def test_sa_kernels_resolve_the_sa_sequence_from_n_and_the_batch(kernel, scale):
     assert k.resolved.sa_scale == pytest.approx(scale * 2 ** k.resolved.sa_power)
     k = kernel(model, batch_size=1, step_size=1e-4)
     k.setup(0, data.x_train, data.y_train)
-    theta = k.flatten(k.initial_params)
+    state = k.state
     for _ in range(3):
-        theta = k.iterate(theta)[0]
-    assert k.component(SpikeSlabAdaptation).omega == pytest.approx(sa_weight(3, k.resolved.sa_scale, k.resolved.sa_offset, k.resolved.sa_power))
+        state = k.sampler.iterate(state)[0]
+    assert k.component(SpikeSlabAdaptation) is k.parts.components[0]
+    omega = sa_weight(3, k.resolved.sa_scale, k.resolved.sa_offset, k.resolved.sa_power)
+    assert state.components[0].omega == pytest.approx(omega)
 
 
 def test_an_explicit_sa_option_wins():
@@ -305,9 +307,8 @@ def _kept(options: dict, iterations: int = 700) -> tuple[int, int]:
     y = 2 * (x[:, 0] - x[:, 1] + x[:, 2]) + 0.5 * torch.randn(128)
     kernel = GroupSparseSGHMC(potential=BNNPotential(BNN(zoo.get("group_sparse_mlp")), x, y), **options)
     kernel.setup(0)
-    theta = kernel.flatten(kernel.initial_params)
     for _ in range(iterations):
-        theta = kernel.iterate(theta)[0]
+        kernel.state = kernel.sampler.iterate(kernel.state)[0]
     kept = np.flatnonzero(kernel.final_state()["pruning_mask"]["layers.0.weight"][0].any(0))
     return sum(j in kept for j in range(3)), sum(j >= 3 for j in kept)
 

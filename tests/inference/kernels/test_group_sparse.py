@@ -23,6 +23,13 @@ def _spec(p=6, hidden=None, group="auto"):
                    priors={"layers.0.weight": GroupSpikeAndSlab(group=group)}, likelihood=GaussianLikelihood(0.5))
 
 
+def _iterate(kernel, theta):
+    """One SG-MCMC iteration of the kernel's sampler from ``theta`` (the rest of its state as it is),
+    kept as the kernel's state: ``(theta', U, diverging)``."""
+    kernel.state, value, bad = kernel.sampler.iterate(kernel.state._replace(position=theta))
+    return kernel.state.position, value, bad
+
+
 def _kernel(p=6, n=32, seed=0, **options):
     torch.manual_seed(seed)
     x = torch.randn(n, p)
@@ -80,17 +87,18 @@ def test_hard_pruned_weights_stay_zero_and_get_no_updates():
     theta = torch.full((1, 6), 0.5)
     theta[0, [2, 4]] = 0.01  # mean w^2 = 1e-4 < hard_threshold: pruned by the first E-step
     theta[0, :2] = torch.tensor([1.0, -0.5])  # y = x_0 - 0.5 x_1
-    theta = kernel.iterate(theta)[0]
+    theta = _iterate(kernel, theta)[0]
     pruned = torch.tensor([False, False, True, False, True, False])
     assert (theta[0, pruned] == 0).all() and (theta[0, ~pruned] != 0).all()
-    momentum, rho = (a[0, pruned].clone() for a in kernel._aux[:2])
+    momentum, rho = (a[0, pruned].clone() for a in kernel.state.aux[:2])
     for _ in range(20):
-        theta = kernel.iterate(theta)[0]
+        theta = _iterate(kernel, theta)[0]
         assert (theta[0, pruned] == 0).all()
-        torch.testing.assert_close(kernel._aux[0][0, pruned], momentum, rtol=0, atol=0)
-        torch.testing.assert_close(kernel._aux[1][0, pruned], rho, rtol=0, atol=0)
-    assert not kernel.em.keep[0, pruned].any() and kernel.em.keep[0, :2].all()  # y depends on inputs 0 and 1
-    assert (kernel.em.decay[0, :2] == 5e-4).all()  # in the slab
+        torch.testing.assert_close(kernel.state.aux[0][0, pruned], momentum, rtol=0, atol=0)
+        torch.testing.assert_close(kernel.state.aux[1][0, pruned], rho, rtol=0, atol=0)
+    keep = kernel.em_state.keep
+    assert not keep[0, pruned].any() and keep[0, :2].all()  # y depends on inputs 0 and 1
+    assert (kernel.em_state.decay[0, :2] == 5e-4).all()  # in the slab
 
 
 def test_optimizer_and_kernel_give_identical_updates():
@@ -103,7 +111,7 @@ def test_optimizer_and_kernel_give_identical_updates():
     theta = start.clone()
     for k in range(8):
         torch.manual_seed(100 + k)
-        theta = kernel.iterate(theta)[0]
+        theta = _iterate(kernel, theta)[0]
         torch.manual_seed(100 + k)
         loss = -model.log_likelihood({"layers.0.weight": weight}, x, y).mean()
         optimizer.zero_grad()
@@ -111,10 +119,10 @@ def test_optimizer_and_kernel_give_identical_updates():
         optimizer.step()
         torch.testing.assert_close(weight.detach(), theta, rtol=1e-5, atol=1e-6)
     state = optimizer.state[weight]
-    torch.testing.assert_close(state["momentum"], kernel._aux[0], rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(state["rho"], kernel._aux[1], rtol=1e-5, atol=1e-6)
-    assert torch.equal(state["keep"], kernel.em.keep) and not state["keep"].all()
-    assert torch.equal(state["decay"], kernel.em.decay)
+    torch.testing.assert_close(state["momentum"], kernel.state.aux[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(state["rho"], kernel.state.aux[1], rtol=1e-5, atol=1e-6)
+    assert torch.equal(state["keep"], kernel.em_state.keep) and not state["keep"].all()
+    assert torch.equal(state["decay"], kernel.em_state.decay)
 
 
 def test_optimizer_trains_a_torch_module():
@@ -198,18 +206,18 @@ def test_inference_data_summary_and_prediction(small_run):
 def test_non_finite_step_is_a_rejected_counted_divergence():
     kernel, _, _, _ = _kernel(num_chains=2, step_size=0.05, schedule="constant")
     theta = torch.full((2, 6), 0.3)
-    real_force = kernel.force
+    real_force = kernel.sampler.force
 
-    def force(theta, rows):
-        value, grad = real_force(theta, rows)
+    def force(state, theta, rows, iteration, last=True):
+        value, grad, components = real_force(state, theta, rows, iteration, last)
         grad[1, 0] = math.nan
-        return value, grad
+        return value, grad, components
 
-    kernel.force = force
-    new, _, bad = kernel.iterate(theta)
+    kernel.sampler.force = force
+    new, _, bad = _iterate(kernel, theta)
     assert bad.tolist() == [False, True]
     assert torch.equal(new[1], theta[1]) and not torch.equal(new[0], theta[0])
-    assert all(torch.isfinite(a).all() for a in kernel._aux)
+    assert all(torch.isfinite(a).all() for a in kernel.state.aux)
 
 
 def test_fan_in_initialisation():
@@ -250,8 +258,8 @@ def test_model_without_group_prior_and_prior_decays():
     kernel = GroupSparseSGHMC(potential=BNNPotential(BNN(spec), x, y), decay="prior", slab_decay="prior",
                               spike_decay="prior", schedule="constant")
     kernel.setup(0)
-    torch.testing.assert_close(kernel.em.decay[0, :6], torch.full((6,), 1 / (10 * 0.25)))
-    torch.testing.assert_close(kernel.em.decay[0, 6:], torch.full((5,), 1 / (10 * 4.0)))
+    torch.testing.assert_close(kernel.em_state.decay[0, :6], torch.full((6,), 1 / (10 * 0.25)))
+    torch.testing.assert_close(kernel.em_state.decay[0, 6:], torch.full((5,), 1 / (10 * 4.0)))
     assert kernel.em.spike == [pytest.approx(1 / (10 * 0.01))]
     with pytest.raises(ValueError, match="the optimizer knows no prior"):
         GroupSparseSGHMCOptimizer([torch.zeros(2, 3, requires_grad=True)], num_data=10, decay="prior")
@@ -281,12 +289,12 @@ def test_conv_groups_are_pruned_whole(group, index, groups):
     where = potential.slices["layers.0.weight"]
     weight = theta[0, where].view(4, 2, 3, 3)  # a view: writes go to theta
     weight[index] = 0.01  # mean w^2 = 1e-4 < hard_threshold
-    theta = kernel.iterate(theta)[0]
+    theta = _iterate(kernel, theta)[0]
     weight = theta[0, where].view(4, 2, 3, 3)
     pruned = torch.zeros(4, 2, 3, 3, dtype=torch.bool)
     pruned[index] = True
     assert (weight[pruned] == 0).all() and (weight[~pruned] != 0).all()
-    assert float(kernel.draw_stats(theta)["active_groups[layers.0.weight]"][0]) == groups - 1
+    assert float(kernel.sampler.draw_stats(kernel.state)["active_groups[layers.0.weight]"][0]) == groups - 1
 
 
 # ------------------------------------------------ pruned groups that still carry signal
@@ -319,8 +327,7 @@ def _pruned_at_the_start(x, y, pruned):
     theta = kernel.initial_point()
     weight = theta[0, potential.slices["layers.0.weight"]].view(3, x.shape[1])  # a view: writes go to theta
     weight[:, pruned] = 0.01  # below the hard threshold
-    theta = kernel.iterate(theta)[0]
-    kernel.draw_stats(theta)
+    _iterate(kernel, theta)
     kept = kernel.final_state()["pruning_mask"]["layers.0.weight"][0].any(0)
     assert np.flatnonzero(~kept).tolist() == sorted(pruned)
     return kernel

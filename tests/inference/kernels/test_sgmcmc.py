@@ -4,6 +4,7 @@ discretised dynamics, and approximately, against the target) and against the
 exact posterior of a Bayesian linear regression with minibatches; statistics,
 thinning, NaN handling, chains that blow up (flagged failed) and bad options."""
 
+import dataclasses
 from bnnzoo.diagnostics import chain_table, summary, to_inference_data
 import inspect
 import itertools
@@ -22,7 +23,7 @@ from bnnzoo.inference import SGHMC, SGLD, BNNPotential, FlatPotential, run
 from bnnzoo.inference.sgmcmc import (StepSizeSchedule, inverse_temperature_at, minibatch_rows, sghmc_step,
                                      sgld_step)
 from bnnzoo.data import load
-from bnnzoo.models import BNN, zoo
+from bnnzoo.models import BNN, GroupSpikeAndSlab, SpikeAndSlab, zoo
 from tests.support.targets import assert_gaussian, assert_moments, gaussian_target, linear_regression, regression_draws
 
 COV = np.array([[1.0, 0.5], [0.5, 1.0]])
@@ -182,7 +183,7 @@ def test_schedule_temperature_and_thinning_statistics():
     iterations = np.array([5, 8, 11, 14])
     np.testing.assert_allclose(stats["step_size"][:, 0], [kernel.schedule(k) for k in iterations])
     np.testing.assert_allclose(stats["temperature"][:, 0], 1.5 ** -(iterations - 1.0), rtol=1e-6)
-    assert kernel._k == 14
+    assert kernel.iteration == kernel.state.iteration == 14
     assert "acceptance rate" not in kernel.diagnostics()
 
 
@@ -354,30 +355,47 @@ def test_sgld_reports_the_sd_inflation_its_step_sizes_give():
 # ------------------------------------------------------------ the kernels' shape
 def test_every_sg_kernel_is_one_level_below_the_driver_and_composes_its_parts():
     from bnnzoo.inference import GroupSparseSGHMC, SGHMCSA, SGLDSA
-    from bnnzoo.inference.kernels.group_sparse import GroupEM, GroupSparseDynamics, MeanLossForce
+    from bnnzoo.inference.kernels.group_sparse import EMState, GroupEM, GroupSparseDynamics, MeanLossForce
     from bnnzoo.inference.kernels.sghmc import SGHMCDynamics
     from bnnzoo.inference.kernels.sgld import LangevinDynamics
-    from bnnzoo.inference.kernels.sgmcmc import SGMCMCKernel
-    from bnnzoo.inference.kernels.spike_slab_sa import SpikeSlabAdaptation
+    from bnnzoo.inference.kernels.sgmcmc import SGInfo, SGMCMCKernel, SGSampler, SGState
+    from bnnzoo.inference.kernels.spike_slab_sa import SAState, SpikeSlabAdaptation
+    from bnnzoo.inference.kernels.transition import TransitionKernel
 
-    expected = {SGLD: (LangevinDynamics, (), type(None)), SGHMC: (SGHMCDynamics, (), type(None)),
-                SGLDSA: (LangevinDynamics, (SpikeSlabAdaptation,), SpikeSlabAdaptation),
-                SGHMCSA: (SGHMCDynamics, (SpikeSlabAdaptation,), SpikeSlabAdaptation),
-                GroupSparseSGHMC: (GroupSparseDynamics, (GroupEM,), MeanLossForce)}
+    expected = {SGLD: (LangevinDynamics, (), type(None), ()), SGHMC: (SGHMCDynamics, (), type(None), ()),
+                SGLDSA: (LangevinDynamics, (SpikeSlabAdaptation,), SpikeSlabAdaptation, (SAState,)),
+                SGHMCSA: (SGHMCDynamics, (SpikeSlabAdaptation,), SpikeSlabAdaptation, (SAState,)),
+                GroupSparseSGHMC: (GroupSparseDynamics, (GroupEM,), MeanLossForce, (EMState,))}
     def methods(cls):
         return {name for name, value in vars(cls).items() if inspect.isfunction(value) or isinstance(value, property)}
 
-    driver = methods(SGMCMCKernel)
-    model = BNN(zoo.cosine_mlp(hidden=2))
-    for cls, (dynamics, components, force) in expected.items():
+    assert SGMCMCKernel.__bases__ == (TransitionKernel,)  # the driver is the core's adapter, one level down
+    driver = methods(SGMCMCKernel) | methods(TransitionKernel)
+    x = torch.linspace(-1, 1, 12).unsqueeze(-1)
+    y = torch.cos(3 * x[:, 0])
+    for cls, (dynamics, components, force, states) in expected.items():
+        spec = zoo.cosine_mlp(hidden=2)
+        if components == (SpikeSlabAdaptation,):
+            spec = dataclasses.replace(spec, priors={"layers.1.weight": SpikeAndSlab()})
+        if components == (GroupEM,):
+            spec = dataclasses.replace(spec, priors={"layers.1.weight": GroupSpikeAndSlab()})
         assert cls.__bases__ == (SGMCMCKernel,), cls
         overridden = driver & methods(cls)
         assert overridden == {"sg_parts"}, (cls, overridden)
-        parts = cls(model).parts
+        kernel = cls(BNN(spec), num_chains=3, step_size=1e-3, batch_size=4)
+        parts = kernel.parts
         assert type(parts.dynamics) is dynamics
         assert tuple(type(c) for c in parts.components) == components
         assert type(parts.force) is force
         if components == (SpikeSlabAdaptation,):  # the SA is one object: the component and the force
             assert parts.force is parts.components[0]
-        if components == (GroupEM,):  # the update reads the E-step's decays and mask: the same object
-            assert parts.dynamics.em is parts.components[0]
+        # the transition is explicit: a state with the chains leading, a step to the next one and its Info
+        kernel.setup(2, x, y)
+        state = kernel.state
+        assert isinstance(kernel.sampler, SGSampler) and isinstance(state, SGState)
+        assert state.position.shape == (3, kernel.potential.dim) and state.iteration == 0
+        assert tuple(type(own) for own in state.components) == states
+        new, info = kernel.sampler.step(state, kernel.params)
+        assert isinstance(info, SGInfo) and info.diverging.shape == (3,)
+        assert new.iteration == kernel.params.thin and state.iteration == 0  # the old state is untouched
+        assert new.value.shape == (3,) and not torch.equal(new.position, state.position)

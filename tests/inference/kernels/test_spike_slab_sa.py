@@ -126,8 +126,7 @@ def test_force_is_likelihood_plus_sa_prior(learned):
     kernel = SGLDSA(potential=potential)
     kernel.setup(0)
     theta = torch.randn(1, potential.dim)
-    kernel._k = 1  # the first iteration: no SA step yet
-    value, grad = kernel.force(theta, None)
+    value, grad, _ = kernel.sampler.force(kernel.state, theta, None, iteration=1)  # the first: no SA step yet
     s, rho = 1.5, 0.3
     k0, k1 = (1 - rho) / 0.1, rho / 10.0
     t = theta.clone().requires_grad_(True)
@@ -256,7 +255,7 @@ def test_sghmc_sa_kernel_is_a_pyro_kernel():
     mcmc = MCMC(kernel, num_samples=10, warmup_steps=5, disable_progbar=True)
     mcmc.run(x, y)
     assert mcmc.get_samples()["layers.0.weight"].shape == (10, 3, 1, 5)
-    assert kernel.state.rho[0].shape == (3, 5)
+    assert kernel.hyper.rho[0].shape == (3, 5)
     assert kernel.diagnostics()["final_state"]["inclusion_prob"]["layers.0.weight"].shape == (3, 1, 5)
 
 
