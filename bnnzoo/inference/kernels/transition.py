@@ -60,8 +60,10 @@ class Adaptation(Protocol):
 
 
 def info_row(info: NamedTuple) -> dict[str, Any]:
-    """An ``Info`` as per-draw statistics: its fields that are not None."""
-    return {k: v for k, v in info._asdict().items() if v is not None}
+    """An ``Info`` as per-draw statistics: its fields that are not None, less those its type names in
+    a class attribute ``internal`` (what warm-up reads, such as a trajectory's end, not a statistic)."""
+    internal = getattr(type(info), "internal", ())
+    return {k: v for k, v in info._asdict().items() if v is not None and k not in internal}
 
 
 class TransitionKernel(FlatKernel):
@@ -107,8 +109,13 @@ class TransitionKernel(FlatKernel):
         if self.in_warmup and self.adaptation is not None:
             state, self.params = self.adaptation.update(self.sampler, self._t, state, info, self.params)
         self.state = state
+        self.observe(state, info)
         self.remember(state.position, state.value, state.grad)
         return state.position, {**info_row(info), "lp": -state.value, **self.extra_stats()}
+
+    def observe(self, state: NamedTuple, info: NamedTuple) -> None:
+        """After each transition and its warm-up update: tell the execution layer what it took (the
+        HMC family's runtime counts leapfrog steps for ``compile="auto"``); nothing by default."""
 
     def extra_stats(self) -> dict[str, Any]:
         """Per-draw statistics from the parameters (numbers, the same for every chain)."""

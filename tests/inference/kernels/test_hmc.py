@@ -115,21 +115,21 @@ def test_energy_is_the_hamiltonian_of_the_accepted_state():
     potential = gaussian_target(MEAN, COV)
     kernel = FixedStepHMC(potential=potential, num_chains=64, step_size=0.9, num_steps=3)
     kernel.setup(0)
-    theta = kernel.flatten(kernel.initial_params)
+    sampler, state, params = kernel.sampler, kernel.state, kernel.params
     seen = {True: 0, False: 0}
     for seed in range(5):
         torch.manual_seed(seed)
-        p = kernel.momentum(theta)  # the same draw the transition makes next
-        start = potential(theta) + kinetic_energy(p, kernel.inv_mass)
+        p = sampler.momentum(state.position, params.inv_mass)  # the same draw the transition makes next
+        start = potential(state.position) + kinetic_energy(p, params.inv_mass)
         torch.manual_seed(seed)
-        theta_new, stats = kernel.transition(theta)
-        accepted = ~torch.all(theta_new == theta, -1)
-        expected = torch.where(accepted, start + stats["energy_error"], start)
-        torch.testing.assert_close(stats["energy"], expected)
-        assert torch.all(stats["max_energy_error"] >= stats["energy_error"].abs() - 1e-6)
+        new, info = sampler.step(state, params)
+        accepted = ~torch.all(new.position == state.position, -1)
+        expected = torch.where(accepted, start + info.energy_error, start)
+        torch.testing.assert_close(info.energy, expected)
+        assert torch.all(info.max_energy_error >= info.energy_error.abs() - 1e-6)
         for a in accepted.tolist():
             seen[a] += 1
-        theta = theta_new
+        state = new
     assert seen[True] and seen[False]  # both branches were checked
 
 
