@@ -9,7 +9,8 @@ explicit states whose tensors carry the chains as their leading dimension:
   ``NamedTuple``: step size, trajectory length, preconditioner, ...) is what warm-up tunes,
   ``Info`` (a ``NamedTuple`` in ArviZ's names: ``acceptance_rate``, ``diverging``,
   ``energy``, ``energy_error``, ``step_size``, ``n_steps``, ...; a field may be None) is one
-  row of per-draw statistics.
+  row of per-draw statistics (less the fields its type names ``internal``: what warm-up reads,
+  such as an HMC trajectory's end).
 
 Warm-up is a separate component composed around the sampler (BlackJAX's
 ``window_adaptation(algorithm)``): an adaptation with ``start(sampler, state, params, num_steps)
@@ -24,7 +25,9 @@ checkpoints and ArviZ work) whose transition is ``sampler.step`` and whose warm-
 ``adaptation.update``. A kernel on this core is one small class: its options dataclass and
 :meth:`TransitionKernel.build`, which returns the sampler, the adaptation and the first
 parameters. Its checkpoint is the state, the parameters and the adaptation's attributes (the
-sampler itself holds only the potential and the options, and is rebuilt by ``setup()``).
+sampler itself holds only the potential and the options, and is rebuilt by ``setup()``). After each
+transition and its warm-up update, :meth:`TransitionKernel.observe` tells the execution layer what
+it took (the HMC family's leapfrog runtime counts its steps there for ``compile="auto"``).
 """
 
 from __future__ import annotations
