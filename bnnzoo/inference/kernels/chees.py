@@ -59,8 +59,8 @@ class ChEESHMC(FixedStepHMC):
     and :math:`T` by Adam (lr 0.025, :math:`\beta_1 = 0`, :math:`\beta_2 = 0.95`) ascending
     ChEES in :math:`\log T`, kept in :math:`[\bar\epsilon, \bar\epsilon L_{\max}]`
     with :math:`\bar\epsilon` dual averaging's averaged step size. At each mass
-    update :math:`T` restarts from the chains' median U-turn time (:meth:`u_turn_time`)
-    unless ``trajectory_length`` was given, in which case the expected distance
+    update :math:`T` restarts from the chains' median U-turn time
+    (:meth:`~bnnzoo.inference.kernels.hmc.HMCSampler.u_turn_time`) unless ``trajectory_length`` was given, in which case the expected distance
     :math:`T \sqrt{\operatorname{tr} M^{-1}}` is kept. After warm-up :math:`T` is the
     running average :math:`\log \bar T_n = n^{-1/2} \log T_n + (1 - n^{-1/2}) \log \bar T_{n-1}`
     (restarted at each mass update); all is frozen. The mass windows are Stan's, or with
