@@ -2,7 +2,7 @@
 
 For ChEES-HMC and proximal HMC on small networks, 8 vectorized chains, several seeds: the
 target acceptance, the statistic the step size is steered by, after warm-up (the kernel's
-warm-up statistic (``warmup_parts().statistic``) of each draw's acceptance probabilities, averaged over draws:
+warm-up statistic (``kernel.adaptation.statistic``) of each draw's acceptance probabilities, averaged over draws:
 ``achieved``; the acceptance statistic of ``bnnzoo.inference.adaptation``: the fraction of
 chains kept times their harmonic-mean acceptance), the plain mean
 acceptance probability (over chains and draws: ``mean``) and its Monte Carlo standard error
@@ -74,7 +74,7 @@ def run_one(spec, data: str, kernel: str, seed: int, warmup: int, samples: int, 
     diverging = np.asarray(stats["diverging"], dtype=bool)
     per_draw = accept.mean(1)
     finite = np.isfinite(np.asarray(stats["energy_error"], dtype=float))
-    statistic = k.warmup_parts().statistic
+    statistic = k.adaptation.statistic
     harmonic = float(np.mean([statistic(WarmupStep(None, None, torch.as_tensor(a), torch.as_tensor(d),
                                                    torch.as_tensor(f)))[0]
                               for a, d, f in zip(accept, diverging, finite)]))

@@ -21,7 +21,7 @@ The full rules are in ``docs/algorithms.md`` ("Adaptation components").
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple, Protocol, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 
@@ -389,38 +389,32 @@ class WarmupStep(NamedTuple):
     time: float | None = None
 
 
-class Tunable(Protocol):
-    """What :class:`WindowAdaptation` tunes: a kernel's inverse mass (``[D]``, or ``[C, D]`` one per
-    chain) and its step sizes (one, or one per chain)."""
-
-    inv_mass: Tensor
-
-    def set_step_sizes(self, step_sizes: Sequence[float]) -> None: ...
-
-
 class WarmupComponent:
-    """A part of a kernel's warm-up beside :class:`WindowAdaptation` (ChEES's trajectory length,
-    proximal HMC's lambda). Each method is called at one point of every warm-up transition, in
-    this order: :meth:`after_step` (the step size has its new value), :meth:`before_mass_change` /
-    :meth:`after_mass_change` (around a new inverse mass), :meth:`end` (last warm-up step, the step
-    size frozen), :meth:`after_update` (every step, last). The defaults do nothing. A component's
-    state is plain attributes (a checkpoint stores it); the kernel comes with every call."""
+    """A part of a sampler's warm-up beside :class:`WindowAdaptation` (ChEES's trajectory length,
+    proximal HMC's lambda): it acts on the sampler's parameters (a ``NamedTuple``) and returns
+    them. Each method is called at one point of every warm-up transition, in this order:
+    :meth:`after_step` (the step size has its new value), :meth:`before_mass_change` /
+    :meth:`after_mass_change` (around a new inverse mass: ``params.inv_mass`` is the old one before,
+    the new one after), :meth:`end` (last warm-up step, the step size frozen), :meth:`after_update`
+    (every step, last). The defaults return the parameters as they are. A component's state is
+    plain attributes (a checkpoint stores it); the sampler (to try a trajectory) and the chains'
+    state come with the calls that need them."""
 
-    def after_step(self, kernel, adaptation: "WindowAdaptation", step: WarmupStep) -> None:
-        pass
+    def after_step(self, adaptation: "WindowAdaptation", params: NamedTuple, step: WarmupStep) -> NamedTuple:
+        return params
 
-    def before_mass_change(self, kernel, adaptation: "WindowAdaptation", inv_mass: Tensor) -> None:
-        pass
+    def before_mass_change(self, adaptation: "WindowAdaptation", params: NamedTuple, inv_mass: Tensor) -> NamedTuple:
+        return params
 
-    def after_mass_change(self, kernel, adaptation: "WindowAdaptation", theta: Tensor,
-                          settled: list[float]) -> None:
-        pass
+    def after_mass_change(self, adaptation: "WindowAdaptation", sampler, state: NamedTuple, params: NamedTuple,
+                          settled: list[float]) -> NamedTuple:
+        return params
 
-    def end(self, kernel, adaptation: "WindowAdaptation") -> None:
-        pass
+    def end(self, adaptation: "WindowAdaptation", params: NamedTuple) -> NamedTuple:
+        return params
 
-    def after_update(self, kernel, adaptation: "WindowAdaptation") -> None:
-        pass
+    def after_update(self, adaptation: "WindowAdaptation", params: NamedTuple) -> NamedTuple:
+        return params
 
 
 #: what dual averaging steers, from one warm-up transition: one number per adapter
@@ -447,32 +441,43 @@ def chain_statistic(step: WarmupStep) -> list[float]:
     return step.prob.tolist()
 
 
+def with_step_sizes(params: NamedTuple, step_sizes: Sequence[float]) -> NamedTuple:
+    """``params`` with the step sizes dual averaging chose: one number for all chains where
+    ``params.step_size`` is a number, else a ``[C]`` tensor (one for all chains, or one each)."""
+    old = params.step_size
+    if not torch.is_tensor(old):
+        return params._replace(step_size=step_sizes[0])
+    steps = torch.tensor(step_sizes, dtype=old.dtype, device=old.device)
+    return params._replace(step_size=steps.expand_as(old).clone())
+
+
 class WindowAdaptation:
-    r"""The one warm-up of the HMC family and batched NUTS: dual averaging of the step size
-    toward ``target`` of ``statistic`` and a diagonal inverse mass from the chains' variance
-    over ``windows``; pooled over the chains (one step size, the pooled variance) or per chain
-    (one :class:`DualAveraging` and one variance each). Components (:class:`WarmupComponent`)
-    add the kernels' own parts around it.
+    r"""The one warm-up of the HMC family and batched NUTS, an adaptation of the sampler core
+    (:mod:`bnnzoo.inference.kernels.transition`: ``start`` / ``update`` on a sampler's state and
+    parameters): dual averaging of ``params.step_size`` toward ``target`` of ``statistic`` and a
+    diagonal ``params.inv_mass`` from the chains' variance over ``schedule(num_steps)``'s windows
+    (none without ``adapt_mass``); pooled over the chains (one step size, the pooled variance) or per
+    chain (one :class:`DualAveraging` and one variance each). Components (:class:`WarmupComponent`)
+    add the samplers' own parts around it.
 
     Every warm-up transition: the step size(s) from the statistic; the components'
     ``after_step``; in the second half of each window the variance takes the chains' new points,
-    and at a window's end the new inverse mass replaces the kernel's (a chain whose estimate is
+    and at a window's end the new inverse mass replaces the old (a chain whose estimate is
     not finite and positive keeps its own; where none is, nothing changes), dual averaging goes
     on and only its average restarts (restarting the whole scheme at a new search swung the
     step size tenfold at every window), with ``before_mass_change`` / ``after_mass_change`` around
     it; at the last warm-up step the step sizes freeze at dual averaging's averaged iterates and
-    the components' ``end`` runs. ``docs/algorithms.md``, "Adaptation components"."""
+    the components' ``end`` runs. ``docs/algorithms.md``, "Adaptation components". All state is
+    plain attributes (numbers, tensors, the components)."""
 
-    def __init__(self, step_sizes: Sequence[float], target: float, gamma: float, windows: list[tuple[int, int]],
-                 statistic: Statistic, *, adapt_step_size: bool = True, pooled: bool = True,
+    def __init__(self, target: float, gamma: float, schedule: Callable[[int], list], statistic: Statistic, *,
+                 adapt_step_size: bool = True, adapt_mass: bool = True, pooled: bool = True,
                  components: Sequence[WarmupComponent] = ()):
-        self.adapters = [DualAveraging(float(s), target, gamma=gamma) for s in step_sizes]
-        self.windows = list(windows)
-        self.statistic = statistic
-        self.adapt_step_size = adapt_step_size
-        self.pooled = pooled
+        self.target, self.gamma, self.schedule, self.statistic = float(target), gamma, schedule, statistic
+        self.adapt_step_size, self.adapt_mass, self.pooled = adapt_step_size, adapt_mass, pooled
         self.components = list(components)
-        self.variance = self._new_variance()
+        self.adapters: list[DualAveraging] = []
+        self.windows: list[tuple[int, int]] = []
         self.num_steps = 0
 
     def _new_variance(self):
@@ -484,39 +489,60 @@ class WindowAdaptation:
         adapter = self.adapters[0]
         return adapter.final_step_size if self.adapt_step_size and adapter.t else None
 
-    def update(self, kernel: Tunable, t: int, step: WarmupStep) -> None:
-        """After warm-up transition ``t`` (from 0) of ``self.num_steps``."""
+    def start(self, sampler, state: NamedTuple, params: NamedTuple, num_steps: int) -> tuple[NamedTuple, NamedTuple]:
+        """Before warm-up transition 0 of ``num_steps``: one :class:`DualAveraging` from the first
+        step size (pooled), or one per chain from each chain's."""
+        step = params.step_size
+        first = step.tolist()[:1 if self.pooled else None] if torch.is_tensor(step) else [step]
+        self.adapters = [DualAveraging(float(s), self.target, gamma=self.gamma) for s in first]
+        self.windows = list(self.schedule(num_steps)) if self.adapt_mass else []
+        self.variance = self._new_variance()
+        self.num_steps = num_steps
+        self.previous = state.position
+        return state, params
+
+    def update(self, sampler, t: int, state: NamedTuple, info: NamedTuple,
+               params: NamedTuple) -> tuple[NamedTuple, NamedTuple]:
+        """After warm-up transition ``t`` (from 0) of ``self.num_steps``; ``params`` are those it ran with."""
+        nominal = params.step_size
+        time = None if torch.is_tensor(nominal) else info.n_steps * float(nominal)
+        step = WarmupStep(self.previous, state.position, info.acceptance_rate, info.diverging,
+                          getattr(info, "finite", None), getattr(info, "proposal", None),
+                          getattr(info, "momentum", None), time)
         if self.adapt_step_size:
-            kernel.set_step_sizes([a.update(q) for a, q in zip(self.adapters, self.statistic(step))])
+            params = with_step_sizes(params, [a.update(q) for a, q in zip(self.adapters, self.statistic(step))])
         for component in self.components:
-            component.after_step(kernel, self, step)
+            params = component.after_step(self, params, step)
         for start, end in self.windows:
             if start + (end - start) // 2 <= t < end:
                 self.variance.update(step.theta_out)
             if t == end - 1:
-                self._update_mass(kernel, step.theta_out)
+                params = self._update_mass(sampler, state, params)
         if t == self.num_steps - 1:
             if self.adapt_step_size:
-                kernel.set_step_sizes([a.final_step_size for a in self.adapters])
+                params = with_step_sizes(params, [a.final_step_size for a in self.adapters])
             for component in self.components:
-                component.end(kernel, self)
+                params = component.end(self, params)
         for component in self.components:
-            component.after_update(kernel, self)
+            params = component.after_update(self, params)
+        self.previous = state.position
+        return state, params
 
-    def _update_mass(self, kernel: Tunable, theta: Tensor) -> None:
-        old = kernel.inv_mass
+    def _update_mass(self, sampler, state: NamedTuple, params: NamedTuple) -> NamedTuple:
+        old = params.inv_mass
         new = self.variance.variance().to(old.dtype)
         self.variance = self._new_variance()
         new = new.expand_as(old)
         ok = (torch.isfinite(new) & (new > 0)).all(-1, keepdim=True)
         if not bool(ok.any()):
-            return
+            return params
         new = torch.where(ok, new, old)
         for component in self.components:
-            component.before_mass_change(kernel, self, new)
-        kernel.inv_mass = new
+            params = component.before_mass_change(self, params, new)
+        params = params._replace(inv_mass=new)
         settled = [a.final_step_size if a.t else a.step_size for a in self.adapters]
         for adapter in self.adapters:
             adapter.restart_average()
         for component in self.components:
-            component.after_mass_change(kernel, self, theta, settled)
+            params = component.after_mass_change(self, sampler, state, params, settled)
+        return params

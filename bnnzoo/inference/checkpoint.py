@@ -75,8 +75,9 @@ __all__ = ["Checkpoint", "CheckpointCorrupt", "CheckpointMismatch", "ENVIRONMENT
 ENVIRONMENT = ("model", "potential", "potential_fn", "transforms", "_prototype_trace")
 #: the layout of the kernel states a checkpoint holds: part of every run's fingerprint, raised when a
 #: kernel's saved attributes change, so a checkpoint of an older layout is refused by name, never loaded
-#: into the new kernels (2: the SG-MCMC kernels' composed parts and the HMC family's runtime)
-STATE_LAYOUT = 2
+#: into the new kernels (2: the SG-MCMC kernels' composed parts and the HMC family's runtime; 3: the HMC
+#: family, batched NUTS and SG-MCMC on the sampler core, their state, parameters and adaptation explicit)
+STATE_LAYOUT = 3
 #: default seconds between saves
 CHECKPOINT_SECONDS = 30.0
 #: seconds a Ctrl-C waits for the running iteration to end before it stops the run where it is

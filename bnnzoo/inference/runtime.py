@@ -1,8 +1,9 @@
 r"""How a kernel's leapfrog trajectories run: chosen here, outside the algorithms.
 
-An HMC-family kernel (:class:`~bnnzoo.inference.kernels.hmc.FixedStepHMC` and the kernels one level
-below it) asks for ``L`` leapfrog steps and gets them from its :class:`LeapfrogRuntime`, which runs them
-in one of three ways:
+The sampler of an HMC-family kernel (:class:`~bnnzoo.inference.kernels.hmc.HMCSampler`, of
+:class:`~bnnzoo.inference.kernels.hmc.FixedStepHMC` and the kernels one level below it) asks for ``L``
+leapfrog steps and gets them from its kernel's :class:`LeapfrogRuntime`, which runs them in one of three
+ways:
 
 * **CUDA graph**: on a GPU, a potential whose step may be captured (``potential.graphable``) and one
   step count for all chains: each step one replay of a captured graph

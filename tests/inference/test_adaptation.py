@@ -108,7 +108,7 @@ def test_kernels_pass_their_gamma_to_dual_averaging():
     for kernel, gamma in ((ChEESHMC(potential=target, num_chains=2), 0.15), (ProximalHMC(potential=target), 0.1),
                           (ChEESHMC(potential=target, num_chains=2, dual_averaging_gamma=0.3), 0.3)):
         MCMC(kernel, num_samples=1, warmup_steps=1, disable_progbar=True).run()
-        assert kernel.warmup.adapters[0].gamma == gamma
+        assert kernel.adaptation.adapters[0].gamma == gamma
     assert BatchedNUTSOptions().dual_averaging_gamma == 0.05  # Stan's, on NUTS's mean acceptance
     with pytest.raises(ValueError, match="dual_averaging_gamma must be a positive number, got -1"):
         ChEESHMC(potential=target, dual_averaging_gamma=-1)

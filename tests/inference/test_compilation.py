@@ -11,6 +11,7 @@ from bnnzoo.inference import compilation, compiled_graphs, run
 from bnnzoo.inference.compilation import AutoCompile, check_compile, pays_back
 from bnnzoo.inference.compiled_graphs import CompiledGraphs
 from bnnzoo.inference.kernels import ChEESHMC
+from bnnzoo.inference.kernels.hmc import HMCSampler
 from bnnzoo.inference.runtime import LeapfrogRuntime
 from bnnzoo.inference.potential import BNNPotential
 from bnnzoo.models import BNN, zoo
@@ -267,7 +268,7 @@ def test_a_compiled_chees_run_compiles_the_four_step_graph_alone(monkeypatch):
     """The step-size search (one step), the trajectories and the U-turn time at each mass update
     (four steps at a time) all run on ``leapfrog_steps``."""
     graphs, uturns = set(), []
-    run_compiled, u_turn_time = CompiledGraphs.run, ChEESHMC.u_turn_time
+    run_compiled, u_turn_time = CompiledGraphs.run, HMCSampler.u_turn_time
 
     def named(self, name, *args):
         out = run_compiled(self, name, *args)
@@ -279,7 +280,7 @@ def test_a_compiled_chees_run_compiles_the_four_step_graph_alone(monkeypatch):
         return uturns[-1]
 
     monkeypatch.setattr(CompiledGraphs, "run", named)
-    monkeypatch.setattr(ChEESHMC, "u_turn_time", counted)
+    monkeypatch.setattr(HMCSampler, "u_turn_time", counted)
     data = load("cosine", n_train=20, n_test=10)
     r = run(zoo.cosine_mlp(hidden=5), data, engine="chees", num_chains=4, num_samples=5, warmup_steps=40, seed=0,
             progress=False, compile=True)

@@ -114,7 +114,7 @@ def _chees(**changes):
 
 
 def test_chees_through_graphed_trajectories_draws_what_it_drew_without(monkeypatch):
-    """The kernel's path (``FixedStepHMC.trajectory``) with the stand-in capture forced on the CPU."""
+    """The kernel's path (``HMCSampler.trajectory``) with the stand-in capture forced on the CPU."""
     without = _chees()
     made = []
 

@@ -143,12 +143,13 @@ def _auto_compile(kernel, potential: FlatPotential, warmup_steps: int, num_sampl
     """The ``compile="auto"`` policy of a run: decided :data:`~bnnzoo.inference.compilation.PROBE`
     iterations after the first mass-matrix window (ChEES sets its trajectory length there), or
     after the first ``PROBE + 1`` where the kernel has none. ``runs``: chains run one after another."""
-    # the kernel's own windows where it has them (the HMC family's warm-up parts)
-    schedule = kernel.warmup_parts().windows if hasattr(kernel, "warmup_parts") else mass_windows
-    windows = schedule(warmup_steps) if getattr(kernel.options, "adapt_mass_matrix", False) else []
+    # the kernel's own windows where it has them (the HMC family's warm-up)
+    if hasattr(kernel, "mass_windows"):
+        windows = kernel.mass_windows(warmup_steps)
+    else:
+        windows = mass_windows(warmup_steps) if getattr(kernel.options, "adapt_mass_matrix", False) else []
     decide_at = (windows[0][1] if windows else 1) + PROBE
-    multi_step = (getattr(kernel, "multi_step_graph", False)
-                  and kernel.leapfrog_step_fn() == getattr(potential, "leapfrog_step", None))
+    multi_step = getattr(kernel, "multi_step_graph", False)
     return AutoCompile(potential, (warmup_steps + num_samples) * runs, decide_at, multi_step=multi_step)
 
 

@@ -3,7 +3,7 @@
 from .base import BaseOptions, FlatKernel, metropolis_accept
 from .chees import ChEESHMC, ChEESOptions
 from .group_sparse import GroupSparseSGHMC, GroupSparseSGHMCOptions
-from .hmc import AdaptiveHMC, FixedStepHMC, HMCOptions, WarmupOptions
+from .hmc import AdaptiveHMC, AdaptiveHMCOptions, FixedStepHMC, HMCOptions, WarmupOptions
 from .mams import MAMS, MAMSOptions
 from .mclmc import MCLMC, MCLMCOptions
 from .nuts import BatchedNUTS, BatchedNUTSOptions
@@ -16,7 +16,7 @@ from .sgmcmc import SGLDOptions, SGMCMCKernel, SGMCMCOptions
 from .transition import TransitionKernel
 from .spike_slab_sa import SGHMCSA, SGHMCSAOptions, SGLDSA, SGLDSAOptions
 
-__all__ = ["AdaptiveHMC", "BaseOptions", "BatchedNUTS", "BatchedNUTSOptions", "ChEESHMC", "ChEESOptions", "FixedStepHMC", "FlatKernel",
+__all__ = ["AdaptiveHMC", "AdaptiveHMCOptions", "BaseOptions", "BatchedNUTS", "BatchedNUTSOptions", "ChEESHMC", "ChEESOptions", "FixedStepHMC", "FlatKernel",
            "GroupSparseSGHMC", "GroupSparseSGHMCOptions", "HMC", "HMCOptions", "MAMS", "MAMSOptions", "MCLMC",
            "MCLMCOptions", "NUTS", "NUTSOptions",
            "ProximalHMC", "ProximalOptions", "RWMHOptions", "RandomWalkMH", "SGHMC", "SGHMCOptions", "SGHMCSA",

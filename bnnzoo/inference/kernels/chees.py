@@ -16,18 +16,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..adaptation import (ScalarAdam, WarmupComponent, chees_gradient, halton, harmonic_statistic, late_mass_windows,
-                          mass_windows)
-from ..integrators import velocity
-from .hmc import FixedStepHMC, WarmupOptions, WarmupParts
+from ..adaptation import ScalarAdam, WarmupComponent, chees_gradient
+from .hmc import MASS_SCHEDULES, FixedStepHMC, HMCParams, JitteredLength, WarmupOptions, search_step_size
 from ..options import choice, flag, integer, option, optional, positive
 
-__all__ = ["ChEESHMC", "ChEESOptions", "JITTERS", "MASS_SCHEDULES", "TrajectoryLengthAdaptation"]
+__all__ = ["ChEESHMC", "ChEESOptions", "JITTERS", "MASS_SCHEDULES", "TrajectoryLengthAdaptation", "clip_length"]
 
 Tensor = torch.Tensor
 JITTERS = ("halton", "uniform")
-#: ``mass_schedule``'s windows: Stan's doubling ones, or two in the last 30% of warm-up
-MASS_SCHEDULES = {"stan": mass_windows, "late": late_mass_windows}
 
 
 @dataclass(frozen=True)
@@ -63,8 +59,8 @@ class ChEESHMC(FixedStepHMC):
     and :math:`T` by Adam (lr 0.025, :math:`\beta_1 = 0`, :math:`\beta_2 = 0.95`) ascending
     ChEES in :math:`\log T`, kept in :math:`[\bar\epsilon, \bar\epsilon L_{\max}]`
     with :math:`\bar\epsilon` dual averaging's averaged step size. At each mass
-    update :math:`T` restarts from the chains' median U-turn time (:meth:`u_turn_time`)
-    unless ``trajectory_length`` was given, in which case the expected distance
+    update :math:`T` restarts from the chains' median U-turn time
+    (:meth:`~bnnzoo.inference.kernels.hmc.HMCSampler.u_turn_time`) unless ``trajectory_length`` was given, in which case the expected distance
     :math:`T \sqrt{\operatorname{tr} M^{-1}}` is kept. After warm-up :math:`T` is the
     running average :math:`\log \bar T_n = n^{-1/2} \log T_n + (1 - n^{-1/2}) \log \bar T_{n-1}`
     (restarted at each mass update); all is frozen. The mass windows are Stan's, or with
@@ -91,6 +87,7 @@ class ChEESHMC(FixedStepHMC):
 
     Options = ChEESOptions
     target_family = "chees"
+    stat_names = FixedStepHMC.stat_names + ("trajectory_length", "reached_max_steps")
 
     @classmethod
     def check_chains(cls, options: ChEESOptions) -> None:
@@ -99,140 +96,98 @@ class ChEESHMC(FixedStepHMC):
                 f"num_chains must be >= 2 for ChEES trajectory adaptation (a cross-chain estimate), got "
                 f"{options.num_chains!r}: run it as bnnzoo.inference.MCMC(kernel, num_chains=C, "
                 f"chain_method='vectorized'), or pass adapt_trajectory=False")
-    stat_names = FixedStepHMC.stat_names + ("trajectory_length", "reached_max_steps")
 
-    def _reset(self) -> None:
-        super()._reset()
-        self.trajectory_length = self.options.trajectory_length
-        self._jitter_index = 0
-        self._length_now = None
-        self._capped = False
+    def build(self, theta: Tensor):
+        """The HMC sampler with the jittered length; the step-size search (with warm-up); :math:`T` from
+        ``trajectory_length`` or ten steps, within ``[eps, max_leapfrog_steps * eps]``; the window
+        adaptation on ``mass_schedule``'s windows with :class:`TrajectoryLengthAdaptation` beside it."""
+        opts = self.options
+        sampler = self.hmc_sampler(length=JitteredLength(opts.jitter, opts.max_leapfrog_steps))
+        params = HMCParams(opts.step_size, theta.new_ones(theta.shape[-1]))
+        if self.has_warmup and opts.adapt_step_size:
+            params = params._replace(step_size=search_step_size(sampler, sampler.init(theta), params))
+        length = opts.trajectory_length if opts.trajectory_length is not None else 10 * params.step_size
+        params = params._replace(trajectory_length=clip_length(length, params.step_size, opts.max_leapfrog_steps))
+        component = TrajectoryLengthAdaptation(opts.adapt_trajectory,
+                                               opts.adapt_trajectory and opts.trajectory_length is None,
+                                               opts.max_leapfrog_steps)
+        return sampler, self.window_adaptation(components=(component,), schedule=MASS_SCHEDULES[opts.mass_schedule]), \
+            params
 
-    def prepare(self, theta: Tensor) -> None:
-        super().prepare(theta)
-        if self.trajectory_length is None:
-            self.trajectory_length = 10 * self.step_size
-        self.clip_trajectory_length()
-
-    def clip_trajectory_length(self, step_size: float | None = None) -> None:
-        """Keep :math:`T` in ``[eps, max_leapfrog_steps * eps]``, ``eps`` the step size (or ``step_size``)."""
-        step_size = self.step_size if step_size is None else step_size
-        low, high = step_size, step_size * self.options.max_leapfrog_steps
-        self.trajectory_length = min(max(self.trajectory_length, low), high)
-
-    def warmup_parts(self) -> WarmupParts:
-        """Stan's windows, or with ``mass_schedule="late"`` two in the last 30% of warm-up
-        (:func:`~bnnzoo.inference.adaptation.late_mass_windows`); the trajectory length beside them
-        (:class:`TrajectoryLengthAdaptation`)."""
-        component = TrajectoryLengthAdaptation(self.options.adapt_trajectory and self.options.trajectory_length is None)
-        return WarmupParts(MASS_SCHEDULES[self.options.mass_schedule], harmonic_statistic, (component,))
-
-    # ---------------------------------------------------------- sampling
-    def _next_jitter(self) -> float:
-        self._jitter_index += 1
-        if self.options.jitter == "halton":
-            return halton(self._jitter_index)
-        return 1.0 - float(torch.rand((), device="cpu"))  # in (0, 1]; a number on the host, drawn there
-
-    def leapfrog_steps(self) -> int:
-        self._length_now = self.trajectory_length  # reported with the transition
-        steps = math.ceil(self._next_jitter() * self.trajectory_length / self.step_size)
-        # the length is held at the cap of max_leapfrog_steps steps (the adaptation wants longer)
-        self._capped = self.trajectory_length >= self.step_size * self.options.max_leapfrog_steps * (1 - 1e-9)
-        return min(max(steps, 1), self.options.max_leapfrog_steps)
-
-    def extra_stats(self, theta: Tensor) -> dict[str, float | bool]:
-        return {"trajectory_length": float(self._length_now), "reached_max_steps": bool(self._capped)}
-
-    def u_turn_time(self, theta: Tensor, step_size: float | None = None, max_steps: int | None = None) -> float:
-        r"""Median over chains of the time at which a trajectory from ``theta`` (fresh
-        momentum, the current mass, ``step_size`` or the current one) first turns back,
-        :math:`(\theta_t - \theta_0)^\top M^{-1} p_t < 0` (the no-U-turn criterion),
-        capped at ``max_steps`` steps (default ``max_leapfrog_steps``). The criterion is
-        checked after every step, or after every :data:`~bnnzoo.inference.compiled_graphs.UNROLL`
-        where trajectories run the potential's compiled multi-step graph (a one-step graph
-        compiled for this estimate alone would cost more than it saves).
-
-        ChEES starts from it at each mass update when no ``trajectory_length`` was
-        given: Adam moves :math:`\log T` by about its learning rate per step, so from
-        ``10 * step_size`` it needs hundreds of warm-up steps to reach the lengths a
-        BNN posterior wants; the U-turn time of the population is already close."""
-        step_size = step_size or self.step_size
-        value, grad = self.current(theta)
-        x, p = theta, self.momentum(theta)
-        cap = max_steps or self.options.max_leapfrog_steps
-        stride = self.runtime.stride(self.potential, self.leapfrog_step_fn())
-        turned = torch.full(theta.shape[:-1], cap, dtype=torch.long, device=theta.device)
-        step = 0
-        while step < cap:
-            n = min(stride, cap - step)
-            x, p, value, grad = self.advance(x, p, value, grad, step_size, n)
-            step += n
-            back = ((x - theta) * velocity(p, self.inv_mass)).sum(-1)
-            now = ~(back >= 0) & (turned == cap)  # NaN counts as turned: that chain's trajectory is over
-            turned = torch.where(now, torch.full_like(turned, step), turned)
-            if step % 8 == 0 and bool((turned < cap).all()):  # a look on the host every 8 steps
-                break
-        return float(turned.double().median()) * step_size
+    @property
+    def trajectory_length(self) -> float | None:
+        """:math:`T` now (``params.trajectory_length``)."""
+        return None if self.params is None else self.params.trajectory_length
 
     # ---------------------------------------------------------- reporting
-    def diagnostics(self) -> dict:
-        diag = super().diagnostics()
-        diag["trajectory_length"] = self.trajectory_length
-        return diag
+    def tuned(self) -> dict:
+        return {**super().tuned(), "trajectory_length": self.params.trajectory_length}
 
     def logging(self):
         log = super().logging()
-        if self.trajectory_length is not None:
-            log["traj. length"] = f"{self.trajectory_length:.2e}"
+        if self.params is not None:
+            log["traj. length"] = f"{self.params.trajectory_length:.2e}"
         return log
 
 
-class TrajectoryLengthAdaptation(WarmupComponent):
-    r"""ChEES's trajectory length :math:`T` as a part of the window adaptation (:class:`ChEESHMC`'s
-    docstring has the rules): Adam on the ChEES criterion in :math:`\log T` after each step-size
-    update, its running average restarted at each mass update where :math:`T` keeps the expected
-    distance :math:`T\sqrt{\operatorname{tr} M^{-1}}` or, with ``guess`` (no ``trajectory_length``
-    given), restarts from the chains' U-turn time; the average at the end of warm-up; :math:`T` kept
-    in ``[eps, max_leapfrog_steps * eps]`` after every step, ``eps`` dual averaging's *averaged*
-    step size (its raw iterates swing by 10x, and clipping to them would cut :math:`T` down at
-    every dip)."""
+def clip_length(length: float, step_size: float, max_steps: int) -> float:
+    """:math:`T` kept in ``[eps, max_steps * eps]``, ``eps`` the step size."""
+    return min(max(length, step_size), step_size * max_steps)
 
-    def __init__(self, guess: bool):
-        self.guess = guess
+
+class TrajectoryLengthAdaptation(WarmupComponent):
+    r"""ChEES's trajectory length :math:`T` (``params.trajectory_length``) as a part of the window
+    adaptation (:class:`ChEESHMC`'s docstring has the rules): with ``adapt``, Adam on the ChEES
+    criterion in :math:`\log T` after each step-size update, its running average restarted at each mass
+    update where :math:`T` keeps the expected distance :math:`T\sqrt{\operatorname{tr} M^{-1}}` or, with
+    ``guess`` (no ``trajectory_length`` given), restarts from the chains' U-turn time; the average at the
+    end of warm-up; :math:`T` kept in ``[eps, max_steps * eps]`` after every step, ``eps`` dual
+    averaging's *averaged* step size (its raw iterates swing by 10x, and clipping to them would cut
+    :math:`T` down at every dip)."""
+
+    def __init__(self, adapt: bool, guess: bool, max_steps: int):
+        self.adapt, self.guess, self.max_steps = adapt, guess, int(max_steps)
         self.adam = ScalarAdam()
         self.log_length_avg, self.count = 0.0, 0
 
-    def after_step(self, kernel, adaptation, step) -> None:
-        if not kernel.options.adapt_trajectory:
-            return
+    def after_step(self, adaptation, params: HMCParams, step) -> HMCParams:
+        if not self.adapt:
+            return params
         grad = chees_gradient(step.theta, step.proposal, step.momentum, step.prob, step.diverging, step.time,
-                              kernel.inv_mass)
+                              params.inv_mass)
         if math.isfinite(grad):
-            kernel.trajectory_length = math.exp(self.adam.step(math.log(kernel.trajectory_length), grad))
-            self.after_update(kernel, adaptation)
+            length = math.exp(self.adam.step(math.log(params.trajectory_length), grad))
+            params = self.after_update(adaptation, params._replace(trajectory_length=length))
         self.count += 1
         weight = self.count ** -0.5
-        self.log_length_avg = weight * math.log(kernel.trajectory_length) + (1 - weight) * self.log_length_avg
+        self.log_length_avg = weight * math.log(params.trajectory_length) + (1 - weight) * self.log_length_avg
+        return params
 
-    def before_mass_change(self, kernel, adaptation, inv_mass) -> None:
-        if kernel.options.adapt_trajectory:  # keep the expected distance travelled, T * sqrt(tr M^-1)
-            kernel.trajectory_length *= math.sqrt(float(kernel.inv_mass.sum()) / float(inv_mass.sum()))
-            self.log_length_avg, self.count = 0.0, 0
+    def before_mass_change(self, adaptation, params: HMCParams, inv_mass: Tensor) -> HMCParams:
+        if not self.adapt:
+            return params
+        # keep the expected distance travelled, T * sqrt(tr M^-1)
+        length = params.trajectory_length * math.sqrt(float(params.inv_mass.sum()) / float(inv_mass.sum()))
+        self.log_length_avg, self.count = 0.0, 0
+        return params._replace(trajectory_length=length)
 
-    def after_mass_change(self, kernel, adaptation, theta, settled) -> None:
-        if self.guess:
-            # near leapfrog's stability limit the stiffest directions swing and fake a U-turn
-            # within a few steps: integrate at half the smaller of dual averaging's current
-            # iterate and the step size it had settled on (its average), over as long a time
-            # as max_leapfrog_steps steps of that smaller size
-            step_size = min(settled[0], kernel.step_size) / 2
-            kernel.trajectory_length = kernel.u_turn_time(theta, step_size, 2 * kernel.options.max_leapfrog_steps)
-            self.adam = ScalarAdam()
+    def after_mass_change(self, adaptation, sampler, state, params: HMCParams, settled) -> HMCParams:
+        if not self.guess:
+            return params
+        # near leapfrog's stability limit the stiffest directions swing and fake a U-turn
+        # within a few steps: integrate at half the smaller of dual averaging's current
+        # iterate and the step size it had settled on (its average), over as long a time
+        # as max_steps steps of that smaller size
+        step_size = min(settled[0], params.step_size) / 2
+        self.adam = ScalarAdam()
+        return params._replace(trajectory_length=sampler.u_turn_time(state, params, step_size, 2 * self.max_steps))
 
-    def end(self, kernel, adaptation) -> None:
-        if kernel.options.adapt_trajectory and self.count:
-            kernel.trajectory_length = math.exp(self.log_length_avg)
+    def end(self, adaptation, params: HMCParams) -> HMCParams:
+        if self.adapt and self.count:
+            return params._replace(trajectory_length=math.exp(self.log_length_avg))
+        return params
 
-    def after_update(self, kernel, adaptation) -> None:
-        kernel.clip_trajectory_length(adaptation.averaged_step_size)
+    def after_update(self, adaptation, params: HMCParams) -> HMCParams:
+        step_size = adaptation.averaged_step_size
+        step_size = params.step_size if step_size is None else step_size
+        return params._replace(trajectory_length=clip_length(params.trajectory_length, step_size, self.max_steps))

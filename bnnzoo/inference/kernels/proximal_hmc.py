@@ -21,25 +21,26 @@ import re
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import partial
 from typing import Sequence
 
 import torch
 
 from ... import validation
-from ..adaptation import WarmupComponent, acceptance_statistic, finite_statistic, mass_windows
+from ..adaptation import WarmupComponent, acceptance_statistic, finite_statistic
 from ..proximal import moreau_force, ns_hmc_force, prox_gradient_force
-from .hmc import FixedStepHMC, WarmupOptions, WarmupParts, gamma_option
+from .hmc import FixedStepHMC, HMCParams, HMCSampler, HMCState, WarmupOptions, gamma_option, search_step_size
 from ..options import choice, flag, integer, option, positive, site_names
 
-__all__ = ["CHAIN_METHODS", "FORCES", "ProximalHMC", "ProximalOptions", "acceptance_statistic",
-           "relative_hamiltonian_error"]
+__all__ = ["CHAIN_METHODS", "FORCES", "LambdaSearch", "ProximalForce", "ProximalHMC", "ProximalOptions",
+           "acceptance_statistic", "relative_hamiltonian_error", "tune_lam"]
 
 Tensor = torch.Tensor
 
 FORCES = ("moreau", "ns-hmc", "prox-gradient")
 CHAIN_METHODS = ("vectorized", "sequential")
 _WEIGHT = re.compile(r"^layers\.\d+\.weight$")
-#: lam grid of :meth:`ProximalHMC.tune_lam`, in units of the step size
+#: lam grid of :func:`tune_lam`, in units of the step size
 LAM_GRID = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0)
 
 
@@ -82,6 +83,90 @@ def relative_hamiltonian_error(energy_start: Tensor, energy_end: Tensor) -> floa
     return float((energy_end - energy_start).abs().sum() / energy_start.abs().sum().clamp(min=1e-12))
 
 
+class ProximalForce:
+    r"""The proximal leapfrog force of :class:`ProximalHMC` (its docstring has the three rules) with
+    :math:`\lambda_d = \lambda M^{-1}_{dd}`, :math:`\lambda` from the parameters (:meth:`lam`); the
+    true :math:`U` beside it. Its key is :math:`(\lambda, M^{-1})`; it has no step of its own (the
+    generic leapfrog runs it). ``chain_method="sequential"``: the potential one chain at a time."""
+
+    def __init__(self, potential, l1_weights: Tensor, force: str, inner_steps: int, chain_method: str):
+        self.potential, self.l1_weights, self.kind = potential, l1_weights, force
+        self.inner_steps, self.chain_method = inner_steps, chain_method
+
+    @staticmethod
+    def lam(params: HMCParams) -> float:
+        r""":math:`\lambda`: the number ``params.lam``, or ``params.lam_factor`` times the step size."""
+        return params.lam if params.lam is not None else params.lam_factor * params.step_size
+
+    def key(self, params: HMCParams):
+        return (self.lam(params), params.inv_mass)
+
+    def _rows(self, fn, theta: Tensor):
+        """``fn`` on the whole batch, or row by row for ``chain_method="sequential"``."""
+        if self.chain_method == "vectorized" or theta.shape[0] == 1:
+            return fn(theta)
+        outs = [fn(theta[c:c + 1]) for c in range(theta.shape[0])]
+        return tuple(torch.cat(parts) for parts in zip(*outs))
+
+    def _smooth_grad(self, theta: Tensor) -> Tensor:
+        r""":math:`\nabla f = \nabla U - \beta \odot \operatorname{sign}(w)`."""
+        return self._rows(lambda t: (self.potential.value_and_grad(t)[1] - self.l1_weights * torch.sign(t),),
+                          theta)[0]
+
+    def evaluate(self, theta: Tensor, params: HMCParams) -> tuple[Tensor, Tensor]:
+        r"""True potential :math:`U` ``[C]`` and the leapfrog force :math:`F` ``[C, D]`` at ``theta``."""
+        lam = self.lam(params) * params.inv_mass
+        value, grad = self._rows(self.potential.value_and_grad, theta)
+        beta = self.l1_weights
+        grad_f = grad - beta * torch.sign(theta)
+        if self.kind == "moreau":
+            force = moreau_force(theta, grad_f, beta, lam)
+        elif self.kind == "prox-gradient":
+            force = prox_gradient_force(theta, grad_f, beta, lam)
+        else:
+            force = ns_hmc_force(theta, grad_f, beta, lam, self._smooth_grad, self.inner_steps)
+        return value, force
+
+    def evaluator(self, params: HMCParams):
+        return partial(self.evaluate, params=params)
+
+    def step_fn(self):
+        return None  # the proximal force, not the potential's (compiled) gradient step
+
+
+def sparsity(theta: Tensor, mask: Tensor, threshold: float) -> Tensor:
+    """Fraction of the counted weights (``mask``) with ``|w| < threshold``, ``[C]``."""
+    small = theta[:, mask].abs() < threshold
+    return small.to(theta.dtype).mean(-1)
+
+
+def tune_lam(sampler: HMCSampler, state: HMCState, params: HMCParams, grid: Sequence[float] = LAM_GRID
+             ) -> tuple[HMCParams, dict]:
+    r"""Pick :math:`\lambda = c\,\epsilon` with the factor :math:`c` from ``grid`` by the smallest
+    relative Hamiltonian error :math:`\sum_c|\Delta H_c| / \sum_c |H_c|` of one un-jittered trajectory
+    of ``params.num_steps`` from ``state``, with the same momenta for every candidate (common random
+    numbers); ties go to the larger :math:`c`. Returns the parameters with :math:`\lambda` that factor
+    times the step size (a given number replaced) and ``{"factor": c, "lam": c * step_size,
+    "grid": [...], "errors": [...]}``."""
+    grid = list(grid)
+    if not grid:
+        raise ValueError("tune_lam: grid is empty")
+    for value in grid:
+        positive("tune_lam grid value", value)
+    theta = state.position
+    p = sampler.momentum(theta, params.inv_mass)
+    step = torch.full((theta.shape[0], 1), params.step_size, dtype=theta.dtype, device=theta.device)
+    errors = []
+    for factor in grid:
+        candidate = params._replace(lam=factor * params.step_size)
+        tr = sampler.trajectory(sampler.current(state, candidate), candidate, p, step, params.num_steps)
+        errors.append(relative_hamiltonian_error(tr.energy, tr.energy + tr.error))
+    best = min(range(len(grid)), key=lambda i: (errors[i], -grid[i]))
+    params = params._replace(lam=None, lam_factor=float(grid[best]))
+    return params, {"factor": params.lam_factor, "lam": ProximalForce.lam(params), "grid": [float(g) for g in grid],
+                    "errors": errors}
+
+
 class ProximalHMC(FixedStepHMC):
     r"""HMC for :math:`U(w) = f(w) + \sum_d \beta_d|w_d|` with a proximal leapfrog force
     and an exact Metropolis test (Chaari et al. 2016; Pereyra 2016; paper 000).
@@ -118,7 +203,7 @@ class ProximalHMC(FixedStepHMC):
     defaults to :math:`\epsilon/2`, following the step size during warm-up;
     ``lam="tune"`` sets :math:`\lambda = c\,\epsilon` with the factor :math:`c`
     picked from ``LAM_GRID`` by the smallest relative Hamiltonian error
-    (:meth:`tune_lam`), before warm-up and after every mass-matrix update.
+    (:func:`tune_lam`), before warm-up and after every mass-matrix update.
 
     Warm-up (:class:`~bnnzoo.inference.adaptation.WindowAdaptation`): the step size
     by dual averaging toward ``target_accept`` of :func:`acceptance_statistic`
@@ -156,40 +241,37 @@ class ProximalHMC(FixedStepHMC):
     Options = ProximalOptions
     target_family = "proximal_hmc"
     stat_names = FixedStepHMC.stat_names + ("step_size_nom", "sparsity")
+    multi_step_graph = False  # the generic leapfrog on the proximal force
 
-    # ------------------------------------------------------------ state
-    def _reset(self) -> None:
-        super()._reset()
-        lam = self.options.lam
-        self._lam = None if lam in (None, "tune") else float(lam)
-        self._lam_factor = 0.5  # lam = factor * step_size unless lam is a number
-        self._lam_override: float | None = None  # a candidate lam while tune_lam compares them
-        self.l1_weights: Tensor | None = None
-        self._sparsity_mask: Tensor | None = None
-        self.lam_tuning: dict | None = None
-
-    @property
-    def lam(self) -> float:
-        r"""The current :math:`\lambda`: the user's number, or a factor (1/2, or tuned)
-        times the current step size."""
-        if self._lam_override is not None:
-            return self._lam_override
-        return self._lam if self._lam is not None else self._lam_factor * self.step_size
-
-    def lam_per_coordinate(self, lam: float | None = None) -> Tensor:
-        r""":math:`\lambda_d = \lambda M^{-1}_{dd}`, ``[D]``."""
-        return (self.lam if lam is None else lam) * self.inv_mass
-
-    def prepare(self, theta: Tensor) -> None:
-        self.l1_weights = self.potential.l1_weights(spike_and_slab=self.options.spike_and_slab).to(theta.dtype)
-        if not bool((self.l1_weights > 0).any()):
+    def build(self, theta: Tensor):
+        """The HMC sampler on the proximal force with the step jitter and the sparsity statistic; the
+        step-size search (with warm-up), then with ``lam="tune"`` the lambda search; the window
+        adaptation on :func:`acceptance_statistic` over the finite proposals, with ``lam="tune"`` the
+        lambda search after every mass update beside it (:class:`LambdaSearch`)."""
+        opts = self.options
+        l1_weights = self.potential.l1_weights(spike_and_slab=opts.spike_and_slab).to(theta.dtype)
+        if not bool((l1_weights > 0).any()):
             warnings.warn("ProximalHMC: the potential has no L1 (Laplace) part; this is plain HMC", stacklevel=2)
-        self._sparsity_mask = self._make_sparsity_mask()
-        super().prepare(theta)
-        if self.options.lam == "tune":
-            self.tune_lam(theta)
+        force = ProximalForce(self.potential, l1_weights, opts.force, opts.inner_steps, opts.chain_method)
+        mask = self.sparsity_mask(l1_weights)
+        sampler = self.hmc_sampler(force=force, step_jitter=opts.step_jitter,
+                                   sparsity=partial(sparsity, mask=mask, threshold=opts.sparsity_threshold))
+        lam = None if opts.lam in (None, "tune") else float(opts.lam)
+        params = HMCParams(opts.step_size, theta.new_ones(theta.shape[-1]), opts.num_steps, lam=lam)
+        state = sampler.init(theta)
+        if self.has_warmup and opts.adapt_step_size:
+            params = params._replace(step_size=search_step_size(sampler, state, params))
+        self.lam_tuning = None  # kernel.tune_lam's where lam is not "tune"
+        components = ()
+        if opts.lam == "tune":
+            search = LambdaSearch()
+            params, search.tuning = tune_lam(sampler, state, params)
+            components = (search,)
+        return sampler, self.window_adaptation(finite_statistic, components), params
 
-    def _make_sparsity_mask(self) -> Tensor:
+    def sparsity_mask(self, l1_weights: Tensor) -> Tensor:
+        """The coordinates the ``sparsity`` statistic counts: ``sparsity_sites``, else the network
+        weights, else the L1 coordinates, else all."""
         names, sites = self.potential.names, self.options.sparsity_sites
         if sites is not None:
             unknown = [s for s in sites if s not in names]
@@ -203,120 +285,58 @@ class ProximalHMC(FixedStepHMC):
         mask = torch.cat([torch.full((size,), name in chosen, device=device)
                           for name, size in zip(names, self.potential.sizes)])
         if not mask.any() and sites is None:
-            mask = self.l1_weights > 0
+            mask = l1_weights > 0
         return mask if mask.any() else torch.ones(self.potential.dim, dtype=torch.bool, device=device)
 
-    # ------------------------------------------------------------ force
-    def _rows(self, fn, theta: Tensor):
-        """``fn`` on the whole batch, or row by row for ``chain_method="sequential"``."""
-        if self.options.chain_method == "vectorized" or theta.shape[0] == 1:
-            return fn(theta)
-        outs = [fn(theta[c:c + 1]) for c in range(theta.shape[0])]
-        return tuple(torch.cat(parts) for parts in zip(*outs))
+    @property
+    def lam(self) -> float:
+        r"""The current :math:`\lambda`: the user's number, or a factor (1/2, or tuned) times the current
+        step size."""
+        return ProximalForce.lam(self.params)
 
-    def _smooth_grad(self, theta: Tensor) -> Tensor:
-        r""":math:`\nabla f = \nabla U - \beta \odot \operatorname{sign}(w)`."""
-        return self._rows(lambda t: (self.potential.value_and_grad(t)[1] - self.l1_weights * torch.sign(t),),
-                          theta)[0]
-
-    def evaluate(self, theta: Tensor, lam: float | None = None) -> tuple[Tensor, Tensor]:
-        r"""True potential :math:`U` ``[C]`` and the leapfrog force :math:`F` ``[C, D]`` at ``theta``
-        (with :math:`\lambda_d` = :meth:`lam_per_coordinate`)."""
-        lam = self.lam_per_coordinate(lam)
-        value, grad = self._rows(self.potential.value_and_grad, theta)
-        beta = self.l1_weights
-        grad_f = grad - beta * torch.sign(theta)
-        if self.options.force == "moreau":
-            force = moreau_force(theta, grad_f, beta, lam)
-        elif self.options.force == "prox-gradient":
-            force = prox_gradient_force(theta, grad_f, beta, lam)
-        else:
-            force = ns_hmc_force(theta, grad_f, beta, lam, self._smooth_grad, self.options.inner_steps)
-        return value, force
-
-    def force_key(self):
-        return (self.lam, self.inv_mass)
-
-    def leapfrog_step_fn(self):
-        return None  # the proximal force, not the potential's (compiled) gradient step
-
-    # ---------------------------------------------------------- sampling
-    def step_sizes(self, theta: Tensor) -> Tensor:
-        r"""Per-chain step sizes ``[C, 1]``: :math:`\epsilon (1 + j u_c)`, :math:`u_c \sim U(-1, 1)`."""
-        u = torch.rand(theta.shape[0], 1, dtype=theta.dtype, device=theta.device) * 2 - 1
-        return self.step_size * (1 + self.options.step_jitter * u)
-
-    def sparsity(self, theta: Tensor) -> Tensor:
-        """Fraction of the counted weights (``sparsity_sites``) with ``|w| < sparsity_threshold``, ``[C]``."""
-        small = theta[:, self._sparsity_mask].abs() < self.options.sparsity_threshold
-        return small.to(theta.dtype).mean(-1)
-
-    def extra_stats(self, theta: Tensor) -> dict[str, Tensor | float]:
-        return {"step_size_nom": float(self.step_size), "sparsity": self.sparsity(theta)}
-
-    def warmup_parts(self) -> WarmupParts:
-        """Stan's windows; dual averaging steers :func:`acceptance_statistic` over the chains with a
-        finite proposal (the harmonic mean times their fraction); with ``lam="tune"`` the lambda
-        search after every mass update (:class:`LambdaSearch`)."""
-        return WarmupParts(mass_windows, finite_statistic, (LambdaSearch(),) if self.options.lam == "tune" else ())
-
-    # ------------------------------------------------------------ lam
     def tune_lam(self, theta: Tensor | None = None, grid: Sequence[float] | None = None) -> dict:
-        r"""Pick :math:`\lambda = c\,\epsilon` with the factor :math:`c` from ``grid``
-        (default ``LAM_GRID``) by the smallest relative Hamiltonian error
-        :math:`\sum_c|\Delta H_c| / \sum_c |H_c|` of one un-jittered trajectory of
-        ``num_steps`` from ``theta`` (default: the chains' current points), with the
-        same momenta for every candidate (common random numbers); ties go to the
-        larger :math:`c`. From then on :attr:`lam` is :math:`c` times the step size
-        (unless ``lam`` was given as a number, which this replaces by the tuned
-        value). Returns ``{"factor": c, "lam": c * step_size, "grid": [...],
-        "errors": [...]}`` (also kept in :attr:`lam_tuning`). Call after ``setup``
-        (e.g. after ``MCMC.run``), or pass ``lam="tune"``.
-        """
-        if self.potential is None or self.l1_weights is None:
+        """:func:`tune_lam` from ``theta`` (default: the chains' current points) on this kernel's sampler
+        and parameters, which it updates (kept in :attr:`lam_tuning`). Call after ``setup`` (e.g. after
+        ``MCMC.run``), or pass ``lam="tune"``."""
+        if self.sampler is None:
             raise ValueError("tune_lam: the kernel is not set up yet; run it under MCMC or pass lam='tune'")
-        if theta is None:
-            theta = self._force_cache[0] if self._force_cache is not None else self.flatten(self._initial_params)
-        grid = list(LAM_GRID) if grid is None else list(grid)
-        if not grid:
-            raise ValueError("tune_lam: grid is empty")
-        for value in grid:
-            positive("tune_lam grid value", value)
-        p = self.momentum(theta)
-        step = torch.full((theta.shape[0], 1), self.step_size, dtype=theta.dtype, device=theta.device)
-        errors = []
-        for factor in grid:
-            self._lam_override = factor * self.step_size
-            try:
-                tr = self.trajectory(theta, p, step, self.options.num_steps)
-            finally:
-                self._lam_override = None
-            errors.append(relative_hamiltonian_error(tr.energy, tr.energy + tr.error))
-        best = min(range(len(grid)), key=lambda i: (errors[i], -grid[i]))
-        self._lam, self._lam_factor = None, float(grid[best])
-        self.lam_tuning = {"factor": self._lam_factor, "lam": self.lam, "grid": [float(g) for g in grid],
-                           "errors": errors}
-        return self.lam_tuning
+        state = self.state if theta is None else self._continue(theta)
+        self.params, tuning = tune_lam(self.sampler, state, self.params, LAM_GRID if grid is None else grid)
+        search = self._lambda_search()
+        if search is not None:
+            search.tuning = tuning
+        else:
+            self.lam_tuning = tuning
+        return tuning
+
+    def _lambda_search(self) -> LambdaSearch | None:
+        searches = [c for c in getattr(self.adaptation, "components", ()) if isinstance(c, LambdaSearch)]
+        return searches[0] if searches else None
 
     # ---------------------------------------------------------- reporting
-    def diagnostics(self) -> dict:
-        diag = super().diagnostics()
-        diag["lam"] = self.lam
-        diag["force"] = self.options.force
-        diag["num_l1_coordinates"] = None if self.l1_weights is None else int((self.l1_weights > 0).sum())
-        if self.lam_tuning is not None:
-            diag["lam_tuning"] = self.lam_tuning
+    def tuned(self) -> dict:
+        diag = {**super().tuned(), "lam": self.lam, "force": self.options.force,
+                "num_l1_coordinates": int((self.sampler.force.l1_weights > 0).sum())}
+        search = self._lambda_search()
+        tuning = search.tuning if search is not None else self.lam_tuning
+        if tuning is not None:
+            diag["lam_tuning"] = tuning
         return diag
 
     def logging(self) -> OrderedDict:
         log = super().logging()
-        log["lam"] = f"{self.lam:.2e}"
+        if self.params is not None:
+            log["lam"] = f"{self.lam:.2e}"
         return log
 
 
 class LambdaSearch(WarmupComponent):
-    """Proximal HMC's ``lam="tune"`` as a part of the window adaptation: :meth:`ProximalHMC.tune_lam`
-    again after every mass-matrix update."""
+    """Proximal HMC's ``lam="tune"`` as a part of the window adaptation: :func:`tune_lam` again after
+    every mass-matrix update (the last search's result in :attr:`tuning`)."""
 
-    def after_mass_change(self, kernel, adaptation, theta, settled) -> None:
-        kernel.tune_lam(theta)
+    def __init__(self):
+        self.tuning: dict | None = None
+
+    def after_mass_change(self, adaptation, sampler, state, params, settled) -> HMCParams:
+        params, self.tuning = tune_lam(sampler, state, params)
+        return params

@@ -9,7 +9,8 @@ explicit states whose tensors carry the chains as their leading dimension:
   ``NamedTuple``: step size, trajectory length, preconditioner, ...) is what warm-up tunes,
   ``Info`` (a ``NamedTuple`` in ArviZ's names: ``acceptance_rate``, ``diverging``,
   ``energy``, ``energy_error``, ``step_size``, ``n_steps``, ...; a field may be None) is one
-  row of per-draw statistics.
+  row of per-draw statistics (less the fields its type names ``internal``: what warm-up reads,
+  such as an HMC trajectory's end).
 
 Warm-up is a separate component composed around the sampler (BlackJAX's
 ``window_adaptation(algorithm)``): an adaptation with ``start(sampler, state, params, num_steps)
@@ -24,7 +25,9 @@ checkpoints and ArviZ work) whose transition is ``sampler.step`` and whose warm-
 ``adaptation.update``. A kernel on this core is one small class: its options dataclass and
 :meth:`TransitionKernel.build`, which returns the sampler, the adaptation and the first
 parameters. Its checkpoint is the state, the parameters and the adaptation's attributes (the
-sampler itself holds only the potential and the options, and is rebuilt by ``setup()``).
+sampler itself holds only the potential and the options, and is rebuilt by ``setup()``). After each
+transition and its warm-up update, :meth:`TransitionKernel.observe` tells the execution layer what
+it took (the HMC family's leapfrog runtime counts its steps there for ``compile="auto"``).
 """
 
 from __future__ import annotations
@@ -60,13 +63,17 @@ class Adaptation(Protocol):
 
 
 def info_row(info: NamedTuple) -> dict[str, Any]:
-    """An ``Info`` as per-draw statistics: its fields that are not None; a field that is a ``dict`` gives
-    its entries (statistics named by the model, e.g. one per site)."""
+    """An ``Info`` as per-draw statistics: its fields that are not None, less those its type names in
+    a class attribute ``internal`` (what warm-up reads, such as a trajectory's end, not a statistic);
+    a field that is a ``dict`` gives its entries (statistics named by the model, e.g. one per site)."""
+    internal = getattr(type(info), "internal", ())
     row = {}
     for k, v in info._asdict().items():
+        if k in internal or v is None:
+            continue
         if isinstance(v, dict):
             row.update(v)
-        elif v is not None:
+        else:
             row[k] = v
     return row
 
@@ -114,8 +121,13 @@ class TransitionKernel(FlatKernel):
         if self.in_warmup and self.adaptation is not None:
             state, self.params = self.adaptation.update(self.sampler, self._t, state, info, self.params)
         self.state = state
+        self.observe(state, info)
         self.remember(state.position, state.value, state.grad)
         return state.position, {**info_row(info), "lp": -state.value, **self.extra_stats()}
+
+    def observe(self, state: NamedTuple, info: NamedTuple) -> None:
+        """After each transition and its warm-up update: tell the execution layer what it took (the
+        HMC family's runtime counts leapfrog steps for ``compile="auto"``); nothing by default."""
 
     def extra_stats(self) -> dict[str, Any]:
         """Per-draw statistics from the parameters (numbers, the same for every chain)."""

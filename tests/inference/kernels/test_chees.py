@@ -106,7 +106,7 @@ def test_correlated_ill_scaled_gaussian(mass_schedule):
     kernel, draws = sample(GaussianTarget(mean, cov), num_chains=32, num_samples=250, warmup_steps=300,
                            mass_schedule=mass_schedule)
     expected = {"stan": [(75, 100), (100, 150), (150, 250)], "late": [(210, 232), (232, 270)]}[mass_schedule]
-    assert kernel.warmup.windows == expected
+    assert kernel.adaptation.windows == expected
     assert_moments(draws.samples["x"], mean, np.sqrt(np.diag(cov)), min_ess=1000)
     # the warm-up found the scales: inverse mass ~ the variances
     np.testing.assert_allclose(kernel.inv_mass.numpy(), np.diag(cov), rtol=0.3)
@@ -137,7 +137,9 @@ def test_nan_potential_is_a_rejected_counted_divergence():
 def test_a_divergent_chain_counts_as_a_rejection_in_the_steered_statistic():
     # all finite, one chain divergent (energy error > 1000): three quarters of the harmonic mean
     # of the others, so a divergence pulls the step size down (left out, it would not)
-    statistic = ChEESHMC(potential=GaussianTarget([0.0], [[1.0]]), num_chains=4).warmup_parts().statistic
+    kernel = ChEESHMC(potential=GaussianTarget([0.0], [[1.0]]), num_chains=4)
+    kernel.setup(10)
+    statistic = kernel.adaptation.statistic
     prob = torch.tensor([1.0, 0.5, 0.0, 0.25])
     diverging = torch.tensor([False, False, True, False])
     theta = torch.zeros(4, 1)
@@ -210,12 +212,14 @@ def test_u_turn_time_is_half_a_period_of_the_gaussian_dynamics():
     dim, sd = 100, 2.0
     kernel = ChEESHMC(potential=GaussianTarget(np.zeros(dim), sd ** 2 * np.eye(dim)), num_chains=64,
                       step_size=0.01)
-    kernel._reset()
-    theta = sd * torch.randn(64, dim)
-    kernel.inv_mass = torch.ones(dim)
-    assert abs(kernel.u_turn_time(theta) - math.pi * sd) < 0.1 * math.pi * sd
-    kernel.inv_mass = torch.full((dim,), sd ** 2)
-    assert abs(kernel.u_turn_time(theta, step_size=0.005) - math.pi) < 0.1 * math.pi
+    kernel.setup(0)
+    sampler = kernel.sampler
+    torch.manual_seed(0)
+    state = sampler.init(sd * torch.randn(64, dim))
+    params = kernel.params._replace(inv_mass=torch.ones(dim))
+    assert abs(sampler.u_turn_time(state, params, 0.01, 1000) - math.pi * sd) < 0.1 * math.pi * sd
+    params = params._replace(inv_mass=torch.full((dim,), sd ** 2))
+    assert abs(sampler.u_turn_time(state, params, 0.005, 1000) - math.pi) < 0.1 * math.pi
 
 
 def test_the_u_turn_restart_is_not_fooled_by_steps_near_the_stability_limit():
@@ -228,9 +232,13 @@ def test_the_u_turn_restart_is_not_fooled_by_steps_near_the_stability_limit():
     sds[:50] = 0.01
     kernel = ChEESHMC(potential=GaussianTarget(np.zeros(dim), np.diag(sds ** 2)), num_chains=16,
                       step_size=step_size, max_leapfrog_steps=1000)
-    kernel._reset()
-    theta = torch.as_tensor(sds, dtype=torch.get_default_dtype()) * torch.randn(16, dim)
-    kernel.inv_mass = torch.ones(dim)
-    assert kernel.u_turn_time(theta) < 2 * step_size  # the fake turn at the step size itself
-    TrajectoryLengthAdaptation(guess=True).after_mass_change(kernel, None, theta, settled=[step_size])
-    assert abs(kernel.trajectory_length - math.pi) < 0.1 * math.pi
+    kernel.setup(0)
+    sampler = kernel.sampler
+    torch.manual_seed(0)
+    state = sampler.init(torch.as_tensor(sds, dtype=torch.get_default_dtype()) * torch.randn(16, dim))
+    params = kernel.params._replace(inv_mass=torch.ones(dim))
+    assert params.step_size == step_size
+    assert sampler.u_turn_time(state, params, step_size, 1000) < 2 * step_size  # the fake turn at the step size itself
+    component = TrajectoryLengthAdaptation(adapt=True, guess=True, max_steps=1000)
+    params = component.after_mass_change(None, sampler, state, params, settled=[step_size])
+    assert abs(params.trajectory_length - math.pi) < 0.1 * math.pi

@@ -30,6 +30,20 @@ def test_samples_a_correlated_gaussian():
     assert abs(per_chain.mean() - exact) < 5 * math.hypot(se, exact_se)
 
 
+def test_adaptive_hmc_samples_a_correlated_gaussian_after_its_window_adaptation():
+    from bnnzoo.inference.kernels import AdaptiveHMC
+
+    kernel, draws = run_kernel(AdaptiveHMC, gaussian_target(MEAN, COV), num_chains=4, num_samples=600,
+                               warmup_steps=300, num_steps=5, target_accept=0.8)
+    assert_gaussian(np.asarray(draws.samples["x"]), np.asarray(MEAN), np.asarray(COV))
+    stats = draws.sample_stats
+    assert np.all(stats["step_size"] == kernel.step_size) and np.all(stats["n_steps"] == 5)  # frozen after warm-up
+    # the mass windows found the scales: inverse mass ~ the marginal variances
+    np.testing.assert_allclose(kernel.inv_mass.numpy(), np.diag(COV), rtol=0.3)
+    assert kernel.diagnostics()["step_size"] == kernel.step_size
+    assert abs(stats["acceptance_rate"].mean() - 0.8) < 0.1
+
+
 def test_non_finite_energy_is_a_rejected_divergence():
     # far beyond leapfrog's stability limit (step * omega > 2) the trajectory overflows to inf/NaN
     potential = gaussian_target([0.0, 0.0], [[1.0, 0.0], [0.0, 1e-4]])
@@ -115,21 +129,21 @@ def test_energy_is_the_hamiltonian_of_the_accepted_state():
     potential = gaussian_target(MEAN, COV)
     kernel = FixedStepHMC(potential=potential, num_chains=64, step_size=0.9, num_steps=3)
     kernel.setup(0)
-    theta = kernel.flatten(kernel.initial_params)
+    sampler, state, params = kernel.sampler, kernel.state, kernel.params
     seen = {True: 0, False: 0}
     for seed in range(5):
         torch.manual_seed(seed)
-        p = kernel.momentum(theta)  # the same draw the transition makes next
-        start = potential(theta) + kinetic_energy(p, kernel.inv_mass)
+        p = sampler.momentum(state.position, params.inv_mass)  # the same draw the transition makes next
+        start = potential(state.position) + kinetic_energy(p, params.inv_mass)
         torch.manual_seed(seed)
-        theta_new, stats = kernel.transition(theta)
-        accepted = ~torch.all(theta_new == theta, -1)
-        expected = torch.where(accepted, start + stats["energy_error"], start)
-        torch.testing.assert_close(stats["energy"], expected)
-        assert torch.all(stats["max_energy_error"] >= stats["energy_error"].abs() - 1e-6)
+        new, info = sampler.step(state, params)
+        accepted = ~torch.all(new.position == state.position, -1)
+        expected = torch.where(accepted, start + info.energy_error, start)
+        torch.testing.assert_close(info.energy, expected)
+        assert torch.all(info.max_energy_error >= info.energy_error.abs() - 1e-6)
         for a in accepted.tolist():
             seen[a] += 1
-        theta = theta_new
+        state = new
     assert seen[True] and seen[False]  # both branches were checked
 
 
@@ -143,3 +157,76 @@ def test_stats_are_float64_whatever_the_potential_dtype():
         assert value.dtype.kind == kind, name
         if kind == "f":
             assert value.dtype == np.float64, name
+
+
+# ------------------------------------------------------------ the family's shape
+def test_every_hmc_family_kernel_is_at_most_two_levels_below_the_adapter_and_composes_its_parts():
+    """The HMC family on the sampler core: FixedStepHMC one level below TransitionKernel, the other
+    kernels one below it; below the base a kernel overrides nothing but ``build`` and reporting
+    (and ChEES its chain check); what differs is a part of the sampler or a component of the one
+    warm-up loop, WindowAdaptation."""
+    import inspect
+    import warnings
+
+    from bnnzoo.inference.kernels import AdaptiveHMC, BatchedNUTS, ChEESHMC, ProximalHMC
+    from bnnzoo.inference.adaptation import WindowAdaptation
+    from bnnzoo.inference.kernels.base import FlatKernel
+    from bnnzoo.inference.kernels.chees import TrajectoryLengthAdaptation
+    from bnnzoo.inference.kernels.hmc import GradientForce, HMCSampler, JitteredLength
+    from bnnzoo.inference.kernels.nuts import NUTSSampler
+    from bnnzoo.inference.kernels.proximal_hmc import LambdaSearch, ProximalForce
+    from bnnzoo.inference.kernels.transition import TransitionKernel
+
+    def methods(cls):
+        return {name for name, value in vars(cls).items()
+                if inspect.isfunction(value) or isinstance(value, (property, classmethod, staticmethod))}
+
+    assert FixedStepHMC.__bases__ == (TransitionKernel,)
+    core = methods(FlatKernel) | methods(TransitionKernel)
+    assert methods(FixedStepHMC) & core == {"build", "_reset", "observe", "notes", "tuned"}
+    inherited = core | methods(FixedStepHMC)
+    #: kernel -> (options, sampler, force, length, components of the window adaptation)
+    expected = {
+        AdaptiveHMC: ({}, HMCSampler, GradientForce, type(None), ()),
+        ChEESHMC: ({"num_chains": 2}, HMCSampler, GradientForce, JitteredLength, (TrajectoryLengthAdaptation,)),
+        ProximalHMC: ({"lam": "tune"}, HMCSampler, ProximalForce, type(None), (LambdaSearch,)),
+        BatchedNUTS: ({}, NUTSSampler, GradientForce, type(None), ()),
+    }
+    allowed = {"build", "tuned", "logging", "check_chains"}
+    for cls, (options, sampler, force, length, components) in expected.items():
+        assert cls.__bases__ == (FixedStepHMC,), cls
+        overridden = methods(cls) & inherited
+        assert overridden <= allowed and "build" in overridden, (cls, overridden)
+        kernel = cls(potential=gaussian_target(MEAN, COV), **options)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # proximal HMC on a target without an L1 part
+            kernel.setup(20)
+        assert type(kernel.sampler) is sampler and type(kernel.sampler.force) is force
+        assert type(kernel.sampler.length) is length
+        assert type(kernel.adaptation) is WindowAdaptation
+        assert tuple(type(c) for c in kernel.adaptation.components) == components
+    plain = FixedStepHMC(potential=gaussian_target(MEAN, COV))
+    plain.setup(20)
+    assert plain.adaptation is None and type(plain.sampler) is HMCSampler  # nothing tuned: plain burn-in
+
+
+def test_a_transition_is_a_step_of_the_sampler_on_explicit_state():
+    """The kernel's transition is ``sampler.step`` on its state and parameters: the same random
+    numbers give the same new state and statistics, and the state carries the force at its point."""
+    from bnnzoo.inference.kernels.transition import info_row
+
+    kernel = FixedStepHMC(potential=gaussian_target(MEAN, COV), num_chains=4, step_size=0.3, num_steps=5)
+    kernel.setup(0)
+    state, params = kernel.state, kernel.params
+    torch.manual_seed(1)
+    new, info = kernel.sampler.step(state, params)
+    torch.manual_seed(1)
+    theta, stats = kernel.transition(state.position)
+    assert torch.equal(theta, new.position) and kernel.state.count == 1
+    row = info_row(info)
+    assert set(row) == set(FixedStepHMC.stat_names) - {"lp"}  # the trajectory's end is not a statistic
+    for name, value in row.items():
+        assert np.array_equal(np.asarray(stats[name]), np.asarray(value)), name
+    value, grad = kernel.potential.value_and_grad(new.position)
+    torch.testing.assert_close(new.value, value)
+    torch.testing.assert_close(new.force, grad)
