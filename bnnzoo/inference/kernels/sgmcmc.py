@@ -87,7 +87,7 @@ from ..pruning import MagnitudePruning
 from ..sgmcmc import (AUTO, SCHEDULES, StepSizeSchedule, finite_chains, inverse_temperature_at, keep_chains,
                       largest_curvature, minibatch_rows)
 from .base import BaseOptions
-from .transition import TransitionKernel
+from .transition import TransitionKernel, drawing_from
 from ..options import choice, flag, integer, interval, option, optional, positive, site_names
 
 __all__ = ["AUTO", "BLOWUP_FACTOR", "ChainHealth", "Dynamics", "FROZEN_ITERATIONS", "Force", "SGComponent", "SGInfo",
@@ -454,14 +454,16 @@ class SGSampler:
 
     def step(self, state: SGState, params: SGParams,
              generator: torch.Generator | None = None) -> tuple[SGState, SGInfo]:
-        """One draw. The random numbers come from torch's global generator (``generator`` is not
-        used: the row draws and noises keep their order)."""
+        """One draw. The row draws and noises come from ``generator`` (None: torch's global
+        generator), in their order: the updates draw with torch's global generator, to which
+        :func:`~.transition.drawing_from` lends ``generator``'s state for the step."""
         iterations = self.iterations(state.iteration, params)
         diverging = torch.zeros(state.position.shape[0], dtype=torch.bool, device=state.position.device)
         previous = state.value
-        for i in range(iterations):
-            state, value, bad = self.iterate(state, last=i == iterations - 1)
-            diverging |= bad
+        with drawing_from(generator):
+            for i in range(iterations):
+                state, value, bad = self.iterate(state, last=i == iterations - 1)
+                diverging |= bad
         value = value.detach()
         if previous is not None:  # a non-finite minibatch estimate keeps the last draw's
             value = torch.where(torch.isfinite(value), value, previous)

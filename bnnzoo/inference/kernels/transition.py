@@ -32,13 +32,14 @@ it took (the HMC family's leapfrog runtime counts its steps there for ``compile=
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from contextlib import contextmanager
+from typing import Any, Iterator, NamedTuple, Protocol
 
 import torch
 
 from .base import FlatKernel
 
-__all__ = ["Adaptation", "Sampler", "TransitionKernel", "info_row"]
+__all__ = ["Adaptation", "Sampler", "TransitionKernel", "drawing_from", "info_row"]
 
 Tensor = torch.Tensor
 
@@ -60,6 +61,32 @@ class Adaptation(Protocol):
 
     def update(self, sampler: Sampler, t: int, state: NamedTuple, info: NamedTuple,
                params: NamedTuple) -> tuple[NamedTuple, NamedTuple]: ...
+
+
+@contextmanager
+def drawing_from(generator: torch.Generator | None) -> Iterator[None]:
+    """Within the block, torch's global generator (of ``generator``'s device) draws ``generator``'s
+    stream: its state is lent to the global generator and taken back, advanced, at the end; the
+    global stream is then as it was. For a sampler whose random numbers come from calls without a
+    ``generator`` argument (``torch.randn_like``), so that ``step(state, params, generator)`` draws
+    from ``generator`` as a sampler that passes it on does. None: nothing changes. Not for threads
+    that draw from the global generator meanwhile."""
+    if generator is None:
+        yield
+        return
+    device = generator.device
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        get, put = (lambda: torch.cuda.get_rng_state(index)), (lambda st: torch.cuda.set_rng_state(st, index))
+    else:
+        get, put = torch.get_rng_state, torch.set_rng_state
+    saved = get()
+    put(generator.get_state())
+    try:
+        yield
+    finally:
+        generator.set_state(get())
+        put(saved)
 
 
 def info_row(info: NamedTuple) -> dict[str, Any]:

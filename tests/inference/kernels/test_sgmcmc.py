@@ -399,3 +399,28 @@ def test_every_sg_kernel_is_one_level_below_the_driver_and_composes_its_parts():
         assert isinstance(info, SGInfo) and info.diverging.shape == (3,)
         assert new.iteration == kernel.params.thin and state.iteration == 0  # the old state is untouched
         assert new.value.shape == (3,) and not torch.equal(new.position, state.position)
+
+
+def test_an_sg_step_draws_from_the_generator_it_is_given():
+    """``step(state, params, generator)``: the same generator state gives the same draw, another seed
+    another one, and torch's global stream is left as it was (the updates draw with the global
+    generator, to which the step lends the given one's state)."""
+    x = torch.linspace(-1, 1, 12).unsqueeze(-1)
+    y = torch.cos(3 * x[:, 0])
+    kernel = SGHMC(BNN(zoo.cosine_mlp(hidden=2)), num_chains=3, step_size=1e-3, batch_size=4)
+    kernel.setup(2, x, y)
+    state, params = kernel.state, kernel.params
+    torch.manual_seed(11)
+    before = torch.get_rng_state()
+    one, _ = kernel.sampler.step(state, params, torch.Generator().manual_seed(5))
+    two, _ = kernel.sampler.step(state, params, torch.Generator().manual_seed(5))
+    other, _ = kernel.sampler.step(state, params, torch.Generator().manual_seed(6))
+    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.equal(one.position, two.position) and not torch.equal(one.position, other.position)
+    generator = torch.Generator().manual_seed(5)
+    kernel.sampler.step(state, params, generator)
+    assert not torch.equal(generator.get_state(), torch.Generator().manual_seed(5).get_state())  # it advanced
+    # the global generator at the same state draws the same numbers as the given one
+    torch.manual_seed(5)
+    plain, _ = kernel.sampler.step(state, params)
+    assert torch.equal(plain.position, one.position)
