@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -39,7 +38,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (add_device_argument, alternate, machine, markdown_table, paired_medians,  # noqa: E402
+from common import (add_device_argument, against_report, alternate_against, machine,  # noqa: E402
                     probe_json, write_results)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,27 +169,10 @@ def main(argv=None):
     add_device_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # what the probes use; machine() reports it
-    rev = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.strip()
     load_start = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp:
-        old = Path(tmp) / "old"
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), rev], cwd=ROOT, check=True)
-        try:
-            runs = alternate(args.rounds, lambda which: probe(old if which == "old" else ROOT, args.device,
-                                                              args.compiled))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, check=False)
-    rows = []
-    for metric in COMPILED_METRICS if args.compiled else METRICS:
-        old_s, new_s, ratio = paired_medians([r[metric] for r in runs["old"]], [r[metric] for r in runs["new"]])
-        rows.append({"metric": metric + " (us)", f"old {rev}": old_s * 1e6, "new": new_s * 1e6,
-                     "median new/old": ratio})
-    table = markdown_table(rows, ["metric", f"old {rev}", "new", "median new/old"])
-    load = {"start": load_start, "end": os.getloadavg()}
-    start, end = (", ".join(f"{x:.1f}" for x in load[k]) for k in ("start", "end"))
-    table += (f"\n\n{args.rounds} alternating rounds; the machine's load average (1, 5, 15 min) was {start} "
-              f"at the start, {end} at the end.")
+    rev, runs = alternate_against(ROOT, args.against, args.rounds,
+                                  lambda tree: probe(tree, args.device, args.compiled))
+    rows, table, load = against_report(runs, COMPILED_METRICS if args.compiled else METRICS, rev, "us", args.rounds, load_start)
     payload = {"machine": machine(args.device), "against": rev, "rounds": args.rounds, "runs": runs, "rows": rows,
                "load_average": load,
                "settings": {"threads": "1 and 2" if args.compiled else 1,

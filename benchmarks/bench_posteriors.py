@@ -76,7 +76,6 @@ from bnnzoo.data import load  # noqa: E402
 from bnnzoo.diagnostics.members import ensemble_run, member_mixing  # noqa: E402
 from bnnzoo.diagnostics.scorecard import load_reference, scorecard, stored_references  # noqa: E402
 from bnnzoo.inference import run  # noqa: E402
-from bnnzoo.models import zoo  # noqa: E402
 
 BNNZOO_ENGINES = ("mclmc", "mams", "chees")
 #: draws planned beyond the pilot's estimate (another seed's warm-up and trajectories differ; budget= drops the rest)
@@ -151,11 +150,10 @@ def ensemble_row(result, problem, seed, reference):
 # ---------------------------------------------------------------- NumPyro
 
 
-def numpyro_row(problem, seed, args, reference, members_run):
-    """NumPyro's NUTS from the members of ``members_run`` (a bnnzoo run of the same seed), within the budget."""
-    import jax
+def numpyro_problem(members_run):
+    """The NumPyro twin of ``members_run``'s network (the model of :mod:`numpyro_models`) and its
+    training data as JAX arrays: ``(model, x, y)``."""
     import jax.numpy as jnp
-    from numpyro.infer import MCMC, NUTS
 
     import numpyro_models as npm
 
@@ -167,6 +165,17 @@ def numpyro_row(problem, seed, args, reference, members_run):
     data = members_run.data
     x = jnp.asarray(data.x_train.numpy())
     y = jnp.asarray(data.y_train.numpy().astype(np.int32 if kind != "gaussian" else np.float32))
+    return model, x, y
+
+
+def numpyro_row(problem, seed, args, reference, members_run):
+    """NumPyro's NUTS from the members of ``members_run`` (a bnnzoo run of the same seed), within the budget."""
+    import jax
+    import jax.numpy as jnp
+    from numpyro.infer import MCMC, NUTS
+
+    model, x, y = numpyro_problem(members_run)
+    spec = members_run.model.spec
     rng = np.random.default_rng(seed)
     names = {f"layers.{i}.{part}": f"{'w' if part == 'weight' else 'b'}{i}"
              for i in range(len(spec.layers)) for part in ("weight", "bias")}
@@ -384,16 +393,8 @@ def mile_logdensity(members_run):
     import jax.numpy as jnp
     from numpyro.infer.util import initialize_model
 
-    import numpyro_models as npm
-
+    model, x, y = numpyro_problem(members_run)
     spec = members_run.model.spec
-    widths = [spec.input_dim] + [layer.units for layer in spec.layers]
-    kind = LIKELIHOOD[type(spec.likelihood).__name__]
-    noise = float(spec.likelihood.noise) if kind == "gaussian" else 0.1
-    model, _ = npm.mlp_model(widths, spec.layers[0].activation, kind, noise=noise)
-    data = members_run.data
-    x = jnp.asarray(data.x_train.numpy())
-    y = jnp.asarray(data.y_train.numpy().astype(np.int32 if kind != "gaussian" else np.float32))
     potential = initialize_model(jax.random.PRNGKey(0), model, model_args=(x, y)).potential_fn
     names = {f"{'w' if part == 'weight' else 'b'}{i}": f"layers.{i}.{part}"
              for i in range(len(spec.layers)) for part in ("weight", "bias")}

@@ -9,6 +9,7 @@ import os
 import platform
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -128,6 +129,36 @@ def alternate(rounds: int, measure: Callable[[str], object]) -> dict[str, list]:
             runs[which].append(measure(which))
             print(f"round {i + 1}/{rounds} {which}: {runs[which][-1]}", flush=True)
     return runs
+
+
+def alternate_against(root: Path, against: str, rounds: int, measure: Callable[[Path], object]) -> tuple[str, dict]:
+    """:func:`alternate` of ``measure(tree)`` on ``root`` ("new") and on the commit ``against`` ("old"),
+    checked out into a temporary git worktree for the run: ``(the commit's short name, runs)``."""
+    rev = subprocess.run(["git", "rev-parse", "--short", against], cwd=root, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        old = Path(tmp) / "old"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(old), rev], cwd=root, check=True)
+        try:
+            return rev, alternate(rounds, lambda which: measure(old if which == "old" else root))
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=root, check=False)
+
+
+def against_report(runs: dict, metrics, rev: str, unit: str, rounds: int, load_start) -> tuple[list[dict], str, dict]:
+    """The rows (each metric's medians, in microseconds, and the median ratio new/old), the markdown
+    table with the load before and after, and the load, of an :func:`alternate_against` run."""
+    rows = []
+    for metric in metrics:
+        old_s, new_s, ratio = paired_medians([r[metric] for r in runs["old"]], [r[metric] for r in runs["new"]])
+        rows.append({"metric": f"{metric} ({unit})", f"old {rev}": old_s * 1e6, "new": new_s * 1e6,
+                     "median new/old": ratio})
+    table = markdown_table(rows, ["metric", f"old {rev}", "new", "median new/old"])
+    load = {"start": load_start, "end": os.getloadavg()}
+    start, end = (", ".join(f"{x:.1f}" for x in load[k]) for k in ("start", "end"))
+    table += (f"\n\n{rounds} alternating rounds; the machine's load average (1, 5, 15 min) was {start} "
+              f"at the start, {end} at the end.")
+    return rows, table, load
 
 
 def paired_medians(old: list[float], new: list[float]) -> tuple[float, float, float]:
