@@ -71,6 +71,22 @@ def test_bench_pyro_vectorized_times_both_paths_and_scores_a_run(monkeypatch):
     assert (row["ess_min"], row["rhat_max"]) == (untraced["ess_min"], untraced["rhat_max"])  # the same draws
 
 
+def test_bench_traced_gradient_times_the_three_gradients_and_checks_the_bits(monkeypatch):
+    """``bench_traced_gradient`` at one round: a row per prior, on the slow path, traced, with the
+    traced graph's bits autograd's and positive times."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    bench = importlib.import_module("bench_traced_gradient")
+    written = {}
+    monkeypatch.setattr(bench, "write_results", lambda name, payload, table: written.update(
+        name=name, payload=payload, table=table) or (Path("x.json"), Path("x.md")))
+    monkeypatch.setattr(bench, "time_call", lambda fn, **kw: (fn(), 1e-3)[1])
+    rows = bench.main(["--rounds", "1", "--chains", "2"])
+    assert written["name"] == "traced_gradient" and [r["prior"] for r in rows] == list(bench.PRIORS)
+    for r in rows:
+        assert r["slow_path"] and r["traced"] and r["same_bits"]
+        assert r["autograd_ms"] > 0 and r["traced_ms"] > 0 and r["analytic_ms"] > 0
+
+
 def _bench_posteriors(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
     return importlib.import_module("bench_posteriors")

@@ -160,3 +160,28 @@ def test_chees_on_eight_schools_draws_the_same_with_and_without_the_graph(monkey
     traced, plain = draws(5), draws(0)
     assert traced.keys() == plain.keys()
     assert all(torch.equal(traced[k], plain[k]) for k in traced)
+
+
+def test_a_bnn_off_the_analytic_path_replays_its_autograd_gradient_bit_for_bit():
+    """A horseshoe prior sends a BNN's gradient to autograd (the slow path): after TRACE_AFTER calls
+    it comes from the traced graph, equal to autograd's at new points; the potential's notes say so."""
+    import dataclasses
+
+    from bnnzoo.data import load
+    from bnnzoo.models import BNN, zoo
+    from bnnzoo.models.priors import Horseshoe
+    from bnnzoo.inference.potential import BNNPotential
+
+    data = load("diabetes", seed=0)
+    spec = dataclasses.replace(zoo.diabetes_mlp(hidden=4), priors={"layers.0.weight": Horseshoe()})
+    traced, plain = (BNNPotential(BNN(spec), data.x_train[:50], data.y_train[:50]) for _ in range(2))
+    plain.traced.after = 0
+    assert traced.slow_path and not traced.analytic
+    theta = initial_theta(traced, 3, 0.5)
+    for _ in range(traced_graphs.TRACE_AFTER):
+        traced.value_and_grad(theta)
+    assert traced.traced.traced and "replayed as TorchScript" in traced.notes()["gradient_graph"]
+    new = initial_theta(traced, 3, 0.8)
+    (v, g), (w, h) = traced.value_and_grad(new), plain.value_and_grad(new)
+    assert torch.equal(v, w) and torch.equal(g, h)
+    assert "gradient_graph" not in plain.notes()

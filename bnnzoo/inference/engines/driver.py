@@ -125,6 +125,9 @@ def _slow_path_line(model, potential, chains: int, reason: str) -> str:
     if surrogate.analytic:
         fast = _gradient_seconds(surrogate, chains)
         line += f", about {slow / fast:.1f}x the analytic gradient of the same layers ({fast * 1e3:.3g} ms)"
+    if potential.traced.after:
+        line += (f", until a traced graph of its operations replays it after {potential.traced.after} calls "
+                 "(Run.notes['gradient_graph'])")
     return line
 
 

@@ -16,6 +16,7 @@ from ...models.bnn import BNN
 from ...models.l1 import prior_l1_weight
 from ...models.priors import Gaussian
 from ..compiled_graphs import CompiledGraphs
+from ..traced_graphs import TracedGraphs
 from .analytic import ACTIVATION_BACKWARD, AnalyticMixin
 from .base import FlatPotential, is_identity
 
@@ -100,6 +101,9 @@ class BNNPotential(FlatPotential, AnalyticMixin):
         #: the compiled graphs that run this potential while :attr:`compile` is True, with what compiling
         #: them took (the runtime's :class:`~bnnzoo.inference.compiled_graphs.CompiledGraphs`)
         self.graphs = CompiledGraphs(self)
+        #: off the analytic path, the autograd value and gradient replayed as one traced graph of its
+        #: operations after a few calls (the runtime's :class:`~bnnzoo.inference.traced_graphs.TracedGraphs`)
+        self.traced = TracedGraphs(self._autograd_value_and_grad)
 
     @property
     def compile_seconds(self) -> float:
@@ -240,7 +244,16 @@ class BNNPotential(FlatPotential, AnalyticMixin):
             return self.graphs.value_and_grad(theta.detach())
         if self.analytic:
             return self._analytic_value_and_grad(theta.detach(), self._x, self._target, 1.0)
+        return self.traced(theta)
+
+    def _autograd_value_and_grad(self, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """The slow path: autograd through the forward pass (what :attr:`traced` records and replays)."""
         return super().value_and_grad(theta)
+
+    def notes(self) -> dict:
+        """``{"gradient_graph": ...}`` once the slow path's gradient was traced or refused (:attr:`traced`)."""
+        note = self.traced.note()
+        return {**super().notes(), **({"gradient_graph": note} if note else {})}
 
     def leapfrog_step(self, theta, p, grad, step_size, inv_mass):
         """One leapfrog step; with :attr:`compile`, the update and the gradient as one graph (:attr:`graphs`)."""
