@@ -79,7 +79,7 @@ class SGHMCDynamics(Dynamics):
 
     def beta_hat(self, grad: Tensor, step_size: float,
                  estimate: NoiseEstimate | None) -> tuple[float | Tensor, NoiseEstimate | None]:
-        """:math:`\hat\beta` and the running estimate after ``grad``."""
+        r""":math:`\hat\beta` and the running estimate after ``grad``."""
         if self.noise_estimate != "running":
             return float(self.noise_estimate), None
         r = self.noise_decay
