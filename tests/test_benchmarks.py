@@ -46,16 +46,23 @@ def test_bench_cuda_graphs_compares_two_checkouts_in_alternating_processes(monke
     assert [len(v) for v in written["payload"]["runs"].values()] == [1, 1]
 
 
-def test_bench_pyro_vectorized_times_both_paths_and_scores_a_run(monkeypatch):
-    """``bench_pyro_vectorized`` at its smallest (one round, one seed, NumPyro left out): a row per
-    model with the batching the model allows and positive times, and a scored ChEES run on the
-    chain plate."""
+def _timed_bench(monkeypatch, name: str):
+    """The benchmark module ``name`` with its results kept in memory (``written``) and every timed call
+    run once and counted as 1 ms."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    bench = importlib.import_module("bench_pyro_vectorized")
+    bench = importlib.import_module(name)
     written = {}
     monkeypatch.setattr(bench, "write_results", lambda name, payload, table: written.update(
         name=name, payload=payload, table=table) or (Path("x.json"), Path("x.md")))
     monkeypatch.setattr(bench, "time_call", lambda fn, **kw: (fn(), 1e-3)[1])
+    return bench, written
+
+
+def test_bench_pyro_vectorized_times_both_paths_and_scores_a_run(monkeypatch):
+    """``bench_pyro_vectorized`` at its smallest (one round, one seed, NumPyro left out): a row per
+    model with the batching the model allows and positive times, and a scored ChEES run on the
+    chain plate."""
+    bench, written = _timed_bench(monkeypatch, "bench_pyro_vectorized")
     monkeypatch.setattr(bench.npm, "AVAILABLE", False)
     bench.main(["--rounds", "1", "--seeds", "1", "--draws", "64", "--warmup", "10", "--models", "eight schools"])
     payload = written["payload"]
@@ -74,12 +81,7 @@ def test_bench_pyro_vectorized_times_both_paths_and_scores_a_run(monkeypatch):
 def test_bench_traced_gradient_times_the_three_gradients_and_checks_the_bits(monkeypatch):
     """``bench_traced_gradient`` at one round: a row per prior, on the slow path, traced, with the
     traced graph's bits autograd's and positive times."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    bench = importlib.import_module("bench_traced_gradient")
-    written = {}
-    monkeypatch.setattr(bench, "write_results", lambda name, payload, table: written.update(
-        name=name, payload=payload, table=table) or (Path("x.json"), Path("x.md")))
-    monkeypatch.setattr(bench, "time_call", lambda fn, **kw: (fn(), 1e-3)[1])
+    bench, written = _timed_bench(monkeypatch, "bench_traced_gradient")
     rows = bench.main(["--rounds", "1", "--chains", "2"])
     assert written["name"] == "traced_gradient" and [r["prior"] for r in rows] == list(bench.PRIORS)
     for r in rows:
