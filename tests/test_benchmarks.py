@@ -160,6 +160,36 @@ def test_bench_posteriors_methods_adds_rows_and_keeps_the_others(monkeypatch, tm
     assert "| bnnzoo mclmc | -1 | 0.7 |" in (tmp_path / "posteriors_smoke.md").read_text()
 
 
+def test_bench_posteriors_scores_a_problem_without_a_reference_on_its_own(monkeypatch, tmp_path):
+    """A problem with no stored reference (digits) runs: its rows hold their own scores (LPPD,
+    accuracy, ECE, the within-member mixing) and no reference scores, and the notes say so."""
+    import math
+
+    bench = _bench_posteriors(monkeypatch)
+    monkeypatch.setattr(bench, "stored_references", lambda: ())  # wine as if it had no reference
+    rows = bench.main(["--smoke", "--skip-numpyro", "--skip-blackjax", "--methods", "bnnzoo mclmc", "ensemble",
+                       "--out", str(tmp_path)])
+    assert [r["method"] for r in rows] == ["bnnzoo mclmc", "ensemble"]
+    for r in rows:
+        assert math.isfinite(r["lppd"]) and 0.0 <= r["accuracy"] <= 1.0
+        assert all(math.isnan(r[k]) for k in ("agreement", "tv", "w2"))
+    assert math.isfinite(rows[0]["rhat_f_within"])
+    written = json.loads((tmp_path / "posteriors_smoke.json").read_text())
+    assert any(n.startswith("no stored reference for wine") for n in written["notes"])
+    assert written["tasks"] == {"wine": "classification"}
+
+
+def test_bench_posteriors_numpyro_budget_is_a_setting_only_where_given(monkeypatch):
+    """``--numpyro-budget`` enters the settings a results file is reused under only where given, so that
+    the rows written before the option existed stay reusable."""
+    bench = _bench_posteriors(monkeypatch)
+    args = bench.argparse.Namespace(members=2, chains=2, warmup=30, budget=8000, pilot_draws=20, draws=40,
+                                    mclmc_thin=2, numpyro_chunk=10, numpyro_warmup=10, numpyro_budget=None)
+    assert "numpyro_budget" not in bench.settings(args)
+    args.numpyro_budget = 9000
+    assert bench.settings(args)["numpyro_budget"] == 9000
+
+
 def _gaussian_counting_density():
     """N(0, I_3) x N(0, 4 I_2) as a JAX log density of ``{"a", "b"}``, and the count of its evaluations."""
     import jax
