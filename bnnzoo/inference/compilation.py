@@ -1,7 +1,8 @@
 r"""``compile="auto"``: compile the potential when the rest of the run pays the compile back.
 
 The batched HMC kernels (``chees``, ``batched_nuts``, ``fixed_hmc``, ``proximal_hmc``) can run the
-full-data gradient and the leapfrog step as ``torch.compile`` graphs
+full-data gradient and the leapfrog step as ``torch.compile`` graphs, and the microcanonical kernels
+(``mclmc``, ``mams``) the gradient
 (:class:`~bnnzoo.inference.potential.BNNPotential` with ``compile=True``, its graphs those of
 :mod:`~bnnzoo.inference.compiled_graphs`): 2.3 to 3.1x
 faster per step on the networks of ``benchmarks/results/gradient.md``, for a compile of
@@ -164,10 +165,13 @@ def assumed_speedup(potential, theta: torch.Tensor, multi_step: bool = True) -> 
 class AutoCompile:
     """The ``compile="auto"`` decision for one run of a batched HMC kernel (module docstring).
 
-    The kernel calls :meth:`observe` after each transition with the leapfrog steps it took.
+    The kernel calls :meth:`observe` after each transition with the gradients it took (the HMC
+    family's leapfrog steps; the microcanonical kernels' integrator steps times their gradients a step:
+    ``unit`` names them in the note).
     ``total_iterations`` is warm-up plus draws; ``decide_at`` the iteration of the decision."""
 
-    def __init__(self, potential, total_iterations: int, decide_at: int, multi_step: bool = True):
+    def __init__(self, potential, total_iterations: int, decide_at: int, multi_step: bool = True,
+                 unit: str = "leapfrog steps"):
         self.potential = potential
         self.total_iterations = int(total_iterations)
         self.decide_at = int(decide_at)
@@ -176,6 +180,7 @@ class AutoCompile:
         self.compiled = False
         self._steps: list[int] = []  # leapfrog steps of the last PROBE transitions
         self.multi_step = multi_step  # the kernel runs the compiled four-step graph (assumed_speedup)
+        self.unit = unit  # what observe() counts, one gradient each: the note's word for it
         if not getattr(potential, "analytic", False):
             self.decision = "auto: eager (the model has no analytic gradient to compile)"
         elif not getattr(potential, "compilable", True):
@@ -201,8 +206,8 @@ class AutoCompile:
         per_step = modeled_step_seconds(self.potential, theta, graphed)
         speedup = assumed_speedup(self.potential, theta, self.multi_step)
         rest = (self.total_iterations - self.iteration) * mean_steps * per_step
-        numbers = (f"at iteration {self.iteration}: {mean_steps:.3g} leapfrog steps per iteration, modeled "
-                   f"{per_step * 1e3:.2g} ms per eager step, about {rest:.0f} s left eagerly, compile expected "
+        numbers = (f"at iteration {self.iteration}: {mean_steps:.3g} {self.unit} per iteration, modeled "
+                   f"{per_step * 1e3:.2g} ms per eager gradient, about {rest:.0f} s left eagerly, compile expected "
                    f"{COMPILE_SECONDS:.0f} s, speed-up {speedup:.2g}x assumed")
         if pays_back(rest, COMPILE_SECONDS, speedup):
             self._compile()

@@ -177,6 +177,25 @@ def test_batched_nuts_compiles_midway_too(monkeypatch):
 
 
 @needs_compiler
+@pytest.mark.parametrize("engine", ["mclmc", "mams"])
+def test_the_microcanonical_kernels_compile_midway_too(monkeypatch, engine):
+    """``mclmc`` and ``mams`` take ``compile``: the policy counts each transition's gradients (integrator
+    steps x 2 for the McLachlan integrator) and switches the potential's gradient to its graph."""
+    monkeypatch.setattr(compilation, "COMPILE_SECONDS", 0.0)
+    options = {"steps_per_draw": 3} if engine == "mclmc" else {}
+    r = run("cosine_mlp", "cosine", engine=engine, num_samples=20, warmup_steps=0, num_chains=2, progress=False,
+            **options)
+    assert r.options["compile"] == "auto"
+    assert r.notes["compile"].startswith(f"auto: compiled at iteration {compilation.PROBE + 1}:")
+    if engine == "mclmc":
+        assert " 6 gradients per iteration" in r.notes["compile"]
+    assert r.compile_seconds > 0 and bool(torch.isfinite(torch.as_tensor(r.sample_stats["lp"])).all())
+    eager = run("cosine_mlp", "cosine", engine=engine, num_samples=20, warmup_steps=0, num_chains=2,
+                progress=False, compile=False, **options)
+    assert eager.notes.get("compile") is None and eager.compile_seconds in (None, 0.0)
+
+
+@needs_compiler
 def test_a_failed_compile_goes_on_eagerly(monkeypatch):
     monkeypatch.setattr(compilation, "COMPILE_SECONDS", 0.0)
 

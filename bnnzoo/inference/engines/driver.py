@@ -153,7 +153,8 @@ def _auto_compile(kernel, potential: FlatPotential, warmup_steps: int, num_sampl
         windows = mass_windows(warmup_steps) if getattr(kernel.options, "adapt_mass_matrix", False) else []
     decide_at = (windows[0][1] if windows else 1) + PROBE
     multi_step = getattr(kernel, "multi_step_graph", False)
-    return AutoCompile(potential, (warmup_steps + num_samples) * runs, decide_at, multi_step=multi_step)
+    return AutoCompile(potential, (warmup_steps + num_samples) * runs, decide_at, multi_step=multi_step,
+                       unit=getattr(kernel, "gradient_unit", "leapfrog steps"))
 
 
 def _progress(engine, progress: bool, warmup_steps: int, num_samples: int, chains: int) -> dict:

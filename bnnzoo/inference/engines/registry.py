@@ -159,9 +159,10 @@ _kernel("fixed_hmc", FixedStepHMC, "HMC with a fixed step size and number of lea
 _kernel("proximal_hmc", ProximalHMC, "Proximal HMC for L1 / Laplace priors: proximal leapfrog force, exact "
         "Metropolis test", driver=("chain_method", "compile"))
 _kernel("mclmc", MCLMC, "Unadjusted microcanonical Langevin Monte Carlo: isokinetic steps, partial velocity "
-        "refresh; step size tuned to an energy-error variance, L from the effective sample size")
+        "refresh; step size tuned to an energy-error variance, L from the effective sample size",
+        driver=("chain_method", "compile"))
 _kernel("mams", MAMS, "Metropolis-adjusted microcanonical sampler: jittered isokinetic trajectories, exact "
-        "accept/reject; step size by dual averaging, L from the autocorrelation")
+        "accept/reject; step size by dual averaging, L from the autocorrelation", driver=("chain_method", "compile"))
 _kernel("sgld", SGLD, "Stochastic gradient Langevin dynamics: minibatch gradients, step-size schedules, "
         "tempering, pruning")
 _kernel("sghmc", SGHMC, "Stochastic gradient HMC (SGD-with-momentum form): friction, noise estimate, "

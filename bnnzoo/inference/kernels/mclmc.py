@@ -29,6 +29,7 @@ from ..adaptation import ChainVariance, EnergyVarianceStepSize, decoherence_leng
 from ..isokinetic import INTEGRATORS, GRADIENTS_PER_STEP, Phase, integrate, partial_refresh, unit_normal
 from ..options import choice, flag, integer, option, optional, positive
 from ..potential import placement
+from ..runtime import LeapfrogRuntime
 from .base import BaseOptions
 from .transition import TransitionKernel
 
@@ -199,8 +200,23 @@ class MCLMCOptions(BaseOptions):
 
 
 class Microcanonical(TransitionKernel):
-    """What the microcanonical kernels share on the core: the dimension check, the ``L`` statistic
-    and the tuned parameters (``params``: a step size, L and the preconditioner's ``scale``)."""
+    """What the microcanonical kernels share on the core: the dimension check, the ``L`` statistic,
+    the tuned parameters (``params``: a step size, L and the preconditioner's ``scale``) and the
+    execution layer (``runtime``: a :class:`~bnnzoo.inference.runtime.LeapfrogRuntime` holding the
+    run's ``compile="auto"`` policy, which counts each transition's gradients and switches the
+    potential's ``value_and_grad`` to its compiled graph once the rest of the run pays it back)."""
+
+    #: what the ``compile="auto"`` policy counts (its note's word)
+    gradient_unit = "gradients"
+
+    def _reset(self) -> None:
+        super()._reset()
+        runtime = getattr(self, "runtime", None)
+        self.runtime = runtime.fresh() if runtime is not None else LeapfrogRuntime()
+
+    def observe(self, state, info) -> None:
+        """The transition's gradients (integrator steps x gradients a step) for ``compile="auto"``."""
+        self.runtime.observe(int(info.n_steps) * GRADIENTS_PER_STEP[self.options.integrator], state.position)
 
     @classmethod
     def check_dimension(cls, dim: int) -> None:
