@@ -497,8 +497,10 @@ def report(rows: list[dict], payload: dict) -> str:
             f"gradient evaluations per run (members, warm-up and sampling, all chains); medians over the seeds "
             f"(`rhat_f_within`: the largest over seeds of the largest within-member function-space split R-hat; "
             f"`draws`: per chain, kept within the budget). "
-            f"Scores against the stored reference predictive (`benchmarks/results/references.md`): `agreement`, "
-            f"`tv` (classification), `w2`, `tv` (regression). LPPD per test point; RMSE in standardised units.\n"]
+            + ("Scores against the stored reference predictive (`benchmarks/results/references.md`): `agreement`, "
+               "`tv` (classification), `w2`, `tv` (regression). "
+               if any(r["problem"] in stored_references() for r in rows) else "")
+            + "LPPD per test point; RMSE in standardised units.\n"]
     tasks = payload.get("tasks", {})
     for problem, lines in summarise(rows).items():
         task = tasks.get(problem, "classification" if any("accuracy" in r for r in rows
