@@ -499,7 +499,7 @@ def report(rows: list[dict], payload: dict) -> str:
             f"`draws`: per chain, kept within the budget). "
             + ("Scores against the stored reference predictive (`benchmarks/results/references.md`): `agreement`, "
                "`tv` (classification), `w2`, `tv` (regression). "
-               if any(r["problem"] in stored_references() for r in rows) else "")
+               if not set(r["problem"] for r in rows).isdisjoint(stored_references()) else "")
             + "LPPD per test point; RMSE in standardised units.\n"]
     tasks = payload.get("tasks", {})
     for problem, lines in summarise(rows).items():
