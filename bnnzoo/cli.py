@@ -410,6 +410,7 @@ def _print_start_options() -> None:
           "  num_members = None: ensemble members K (None: num_chains // chains_per_member, or 4)\n"
           "  chains_per_member = 1: chains M started from each member; num_chains = K * M\n"
           "  budget = None: gradient evaluations for the whole run (members, warm-up, sampling)\n"
+          "  warmup_budget = 0.5: with budget, the share of it (after the members) that warm-up may spend\n"
           "ensemble = {...} (the members' options):")
     for name, default in EnsembleOptions.defaults().items():
         print(f"  {name} = {default!r}: {EnsembleOptions.docs()[name]}")

@@ -207,9 +207,7 @@ def member_lines(run) -> list[str]:
     if evals:
         budget = (getattr(run, "notes", None) or {}).get("budget")
         spent = ", ".join(f"{k} {v}" for k, v in evals.items())
-        lines.append(f"Gradient evaluations: {spent}"
-                     + (f" (budget {budget['budget']}; {budget['draws_dropped']} draws past it dropped)."
-                        if budget else "."))
+        lines.append(f"Gradient evaluations: {spent}" + (f" ({_budget_words(budget)})." if budget else "."))
     return lines
 
 
@@ -236,3 +234,13 @@ def write_report(table: pd.DataFrame, runs: Mapping[str, object], out: str | Pat
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _budget_words(note: dict) -> str:
+    """``Run.notes["budget"]`` in words: the budget, where it ended warm-up, the draws it cut."""
+    words = [f"budget {note['budget']}"]
+    if "warmup_ended_at" in note:
+        words.append(f"warm-up ended at its share after {note['warmup_ended_at']} iterations")
+    cut = note["draws_dropped"] + note.get("draws_not_run", 0)
+    words.append(f"{cut} draws past it dropped or not run")
+    return "; ".join(words)

@@ -519,14 +519,21 @@ class WindowAdaptation:
             if t == end - 1:
                 params = self._update_mass(sampler, state, params)
         if t == self.num_steps - 1:
-            if self.adapt_step_size:
-                params = with_step_sizes(params, [a.final_step_size for a in self.adapters])
-            for component in self.components:
-                params = component.end(self, params)
+            params = self.finish(params)
         for component in self.components:
             params = component.after_update(self, params)
         self.previous = state.position
         return state, params
+
+    def finish(self, params: NamedTuple) -> NamedTuple:
+        """End warm-up after the step just made (the last scheduled one, or an earlier one where a
+        gradient budget ends warm-up): the step sizes freeze at dual averaging's averaged iterates
+        and the components' ``end`` runs; a mass window still open is left unused."""
+        if self.adapt_step_size:
+            params = with_step_sizes(params, [a.final_step_size for a in self.adapters])
+        for component in self.components:
+            params = component.end(self, params)
+        return params
 
     def _update_mass(self, sampler, state: NamedTuple, params: NamedTuple) -> NamedTuple:
         old = params.inv_mass

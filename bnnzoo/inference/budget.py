@@ -22,6 +22,22 @@ iteration), ``num_samples`` is derived from what is left; elsewhere (adaptive tr
 ``chees``, ``batched_nuts``, ``nuts`` and engines added later) ``num_samples`` is the most draws,
 and the draws after the one at which the cumulative count passes G are dropped
 (:func:`truncate`; ``Run.notes["budget"]`` says how many and what they cost).
+
+Where the chains advance as one batch (``chain_method="vectorized"``, the default) the budget is
+also counted while the kernel runs (:class:`BudgetMeter`, inside bnnzoo's MCMC loop), so an
+adaptive engine's run never goes far past it:
+
+* warm-up ends early once it has spent its share of what the members leave (``warmup_budget``,
+  half by default): the adaptation's ``finish`` freezes the parameters there, as its last
+  scheduled step would (:meth:`~bnnzoo.inference.kernels.transition.TransitionKernel.end_warmup`),
+  so a warm-up whose trajectories grow long (MAMS and ChEES on a large network) cannot spend the
+  whole budget;
+* sampling stops at the first draw whose cumulative count passes G, instead of running every
+  ``num_samples`` draw and dropping those past G afterwards; the draws kept are the same.
+
+``Run.notes["budget"]`` then says where warm-up ended (``warmup_ended_at``) and how many draws
+were not run (``draws_not_run``). Chains run one after another (``"sequential"``, ``"parallel"``)
+keep the after-the-fact cut alone.
 """
 
 from __future__ import annotations
@@ -30,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_budget_engine", "draw_costs", "fixed_cost", "plan_samples", "stage_grad_evals", "truncate"]
+__all__ = ["BudgetMeter", "check_budget_engine", "draw_costs", "fixed_cost", "plan_samples", "stage_grad_evals", "truncate"]
 
 
 def fixed_cost(engine, options: dict[str, Any]) -> tuple[float, float] | None:
@@ -137,3 +153,64 @@ def check_budget_engine(engine) -> None:
     if getattr(engine, "kind", "mcmc") != "mcmc":
         raise ValueError(f"budget: engine {engine.name!r} is not an MCMC engine; give its num_steps instead")
 
+
+
+class BudgetMeter:
+    """A gradient budget counted inside bnnzoo's MCMC loop (module docstring): after each transition
+    of a kernel that records ``n_steps``, :meth:`after` says whether warm-up has spent its share
+    (``"end_warmup"``), whether the run has spent the budget (``"stop"``), or neither (None).
+
+    Parameters
+    ----------
+    budget : int
+        Gradient evaluations for the whole run.
+    spent : int
+        Those spent before the sampler started (the ensemble members').
+    warmup_share : float
+        The share of ``budget - spent`` that warm-up may spend, in (0, 1].
+    """
+
+    def __init__(self, budget: int, spent: int = 0, warmup_share: float = 0.5):
+        self.budget, self.spent, self.warmup_share = int(budget), int(spent), float(warmup_share)
+        self.warmup_cap = self.spent + self.warmup_share * max(self.budget - self.spent, 0)
+        self.per_step, self.warmup, self.sampling = 1.0, 0.0, 0.0
+        self.warmup_ended_at: int | None = None  # the warm-up iterations run, where the meter ended warm-up
+        self.draws_not_run = 0  # draws asked for but not run, where the meter stopped sampling
+
+    def start(self, kernel, warmup_steps: int) -> None:
+        """Before the loop (and on resume): the kernel's gradients per ``n_steps`` unit, what its
+        recorded transitions have spent so far, and where a resumed run's warm-up ended (its kernel's
+        count, against the ``warmup_steps`` asked for)."""
+        self.per_step = float(kernel.notes().get("gradients_per_step", 1))
+        if kernel._warmup_steps < warmup_steps:
+            self.warmup_ended_at = int(kernel._warmup_steps)
+        self.warmup = sum(self._cost(row) for row in kernel._warmup_stats)
+        self.sampling = sum(self._cost(row) for row in kernel._stats)
+
+    def _cost(self, row: dict) -> float:
+        steps = row.get("n_steps")
+        return 0.0 if steps is None else float(np.sum(steps)) * self.per_step
+
+    @property
+    def total(self) -> float:
+        return self.spent + self.warmup + self.sampling
+
+    def after(self, kernel, warmup: bool) -> str | None:
+        """After one transition (``warmup``: a warm-up one): ``"end_warmup"``, ``"stop"`` or None."""
+        rows = kernel._warmup_stats if warmup else kernel._stats
+        if not rows:
+            return None
+        if warmup:
+            self.warmup += self._cost(rows[-1])
+            return "end_warmup" if self.total >= min(self.warmup_cap, self.budget) else None
+        self.sampling += self._cost(rows[-1])
+        return "stop" if self.total >= self.budget else None
+
+    def note(self) -> dict[str, Any]:
+        """What the meter changed, for ``Run.notes["budget"]``."""
+        out: dict[str, Any] = {}
+        if self.warmup_ended_at is not None:
+            out["warmup_ended_at"] = int(self.warmup_ended_at)
+        if self.draws_not_run:
+            out["draws_not_run"] = int(self.draws_not_run)
+        return out

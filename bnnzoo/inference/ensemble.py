@@ -47,7 +47,9 @@ __all__ = ["WARM_STARTS", "START_KEYS", "EnsembleOptions", "StartPlan", "check_s
 #: how chains start: from the prior's initial points (uniform in (-r, r)), or from an ensemble of MAP fits
 WARM_STARTS = ("prior", "ensemble")
 #: run-level keywords of the warm start and the budget (never an engine's option)
-START_KEYS = ("warm_start", "num_members", "chains_per_member", "ensemble", "budget")
+START_KEYS = ("warm_start", "num_members", "chains_per_member", "ensemble", "budget", "warmup_budget")
+#: the share of a budget (after the members) that warm-up may spend, where warmup_budget is not given
+WARMUP_BUDGET = 0.5
 #: members when neither num_members nor num_chains says how many
 DEFAULT_MEMBERS = 4
 
@@ -85,6 +87,7 @@ class StartPlan:
     options: EnsembleOptions | None = None
     budget: int | None = None
     num_chains: int = 2
+    warmup_budget: float = WARMUP_BUDGET
 
     @property
     def ensemble(self) -> bool:
@@ -97,13 +100,13 @@ class StartPlan:
             out.update(num_members=self.num_members, chains_per_member=self.chains_per_member,
                        ensemble={f.name: getattr(self.options, f.name) for f in fields(EnsembleOptions)})
         if self.budget is not None:
-            out["budget"] = self.budget
+            out.update(budget=self.budget, warmup_budget=self.warmup_budget)
         return out
 
 
 def check_start(engine, num_chains: int | None, warm_start: str = "prior", num_members: int | None = None,
                 chains_per_member: int | None = None, ensemble: dict | None = None,
-                budget: int | None = None) -> StartPlan:
+                budget: int | None = None, warmup_budget: float | None = None) -> StartPlan:
     """Check the warm-start keywords of a run, before anything runs: a :class:`StartPlan`, or a
     ``ValueError`` naming the field and the value.
 
@@ -111,17 +114,25 @@ def check_start(engine, num_chains: int | None, warm_start: str = "prior", num_m
     ``num_chains=None`` takes that C; a given ``num_chains`` must equal it. Where ``num_members``
     is left out it is ``num_chains // chains_per_member`` (``num_chains`` must be a multiple),
     or 4 without ``num_chains``; ``chains_per_member`` defaults to 1. Under ``"prior"``,
-    ``num_chains=None`` is 2 and the ensemble keywords are refused.
+    ``num_chains=None`` is 2 and the ensemble keywords are refused. ``warmup_budget`` (only with
+    ``budget``): the share of the budget left after the members that warm-up may spend, in (0, 1]
+    (:data:`WARMUP_BUDGET` when not given; :mod:`bnnzoo.inference.budget`).
     """
     validation.one_of("warm_start", warm_start, WARM_STARTS)
     if budget is not None:
         validation.integer("budget", budget, 1)
+    if warmup_budget is not None:
+        if budget is None:
+            raise ValueError(f"warmup_budget={warmup_budget!r}: only with budget=")
+        validation.in_interval("warmup_budget", warmup_budget, 0.0, 1.0, low_open=True, high_open=False)
+    share = WARMUP_BUDGET if warmup_budget is None else float(warmup_budget)
     if warm_start == "prior":
         given = [k for k, v in (("num_members", num_members), ("chains_per_member", chains_per_member),
                                 ("ensemble", ensemble)) if v is not None]
         if given:
             raise ValueError(f"{given[0]}: only with warm_start='ensemble' (warm_start={warm_start!r})")
-        return StartPlan("prior", budget=budget, num_chains=2 if num_chains is None else num_chains)
+        return StartPlan("prior", budget=budget, num_chains=2 if num_chains is None else num_chains,
+                         warmup_budget=share)
     if getattr(engine, "kind", "mcmc") != "mcmc":
         raise ValueError(f"warm_start='ensemble': engine {engine.name!r} is not an MCMC engine (its fits start "
                          f"from their own guides); use warm_start='prior'")
@@ -150,7 +161,7 @@ def check_start(engine, num_chains: int | None, warm_start: str = "prior", num_m
         options = EnsembleOptions.build("ensemble", dict(ensemble or {}))
     except ValueError as err:
         raise ValueError(str(err) if str(err).startswith("ensemble") else f"ensemble.{err}") from None
-    return StartPlan("ensemble", num_members, chains_per_member, options, budget, chains)
+    return StartPlan("ensemble", num_members, chains_per_member, options, budget, chains, share)
 
 
 # ------------------------------------------------------------------- fitting

@@ -25,9 +25,11 @@ Example
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
+from functools import partial
 
 import numpy as np
 import torch
@@ -36,6 +38,7 @@ from pyro.infer.mcmc.api import _UnarySampler
 from pyro.infer.mcmc.logger import DIAGNOSTIC_MSG, ProgressBar, initialize_logger
 
 from .. import validation
+from .budget import BudgetMeter
 from .checkpoint import Checkpoint, deferred_interrupt, kernel_state, rng_state, set_rng_state
 from .kernels.base import FlatKernel
 
@@ -115,13 +118,26 @@ class _Sampler(_UnarySampler):
     * builds the progress bar's kernel line only when a bar shows it (:class:`_LoggingHook`);
     * saves as a :class:`Checkpoint` asks, when it is given one: on resume, finished chains and
       the draws so far are replayed from disk and the running chain continues from its saved
-      iteration with its saved kernel and RNG states.
+      iteration with its saved kernel and RNG states;
+    * counts a gradient budget as it goes, when it is given a
+      :class:`~bnnzoo.inference.budget.BudgetMeter` (one Pyro chain holding every chain): warm-up
+      ends once it has spent its share, and sampling stops at the draw that passes the budget
+      (``kept``: the draws yielded; the ``MCMC`` collects that many).
     """
 
     def __init__(self, kernel, num_samples, warmup_steps, num_chains, disable_progbar, initial_params, hook,
-                 checkpoint: Checkpoint | None = None):
+                 checkpoint: Checkpoint | None = None, budget: BudgetMeter | None = None):
         super().__init__(kernel, num_samples, warmup_steps, num_chains, disable_progbar, initial_params, hook)
         self.checkpoint = checkpoint
+        # counted in the loop where one Pyro chain holds every chain (chains in sequence: cut afterwards)
+        self.budget = budget if isinstance(kernel, FlatKernel) and num_chains == 1 else None
+        self.kept = num_samples  # the draws the running chain yields (fewer where the budget stops it)
+        self.on_kept = None  # told the count before the draws that end a chain early are yielded
+
+    def _keep(self, draws: int) -> None:
+        self.kept = draws
+        if self.on_kept is not None:
+            self.on_kept(draws)
 
     def run(self, *args, **kwargs):
         import logging
@@ -133,6 +149,7 @@ class _Sampler(_UnarySampler):
         for chain in range(self.num_chains):
             if chain < len(finished):  # replay a finished chain
                 done = finished[chain]
+                self._keep(done.get("draws", self.num_samples))
                 yield done["structure"], chain
                 for name in done["chunks"]:
                     for flat in ck.load_chunk(name):
@@ -153,6 +170,12 @@ class _Sampler(_UnarySampler):
                 set_rng_state(saved["rng"])
                 params, start, chunks, kept = saved["params"], saved["iteration"], list(saved["chunks"]), saved["draws"]
             theta = kernel.flatten(params) if flat_kernel else None
+            # warm-up's end: the kernel's own count (a budget may have ended it early, before a save)
+            warmup_end = kernel._warmup_steps if flat_kernel else self.warmup_steps
+            meter = self.budget
+            self._keep(self.num_samples)
+            if meter is not None:
+                meter.start(kernel, self.warmup_steps)
             yield structure, chain
             for name in chunks:
                 for flat in ck.load_chunk(name):
@@ -179,8 +202,10 @@ class _Sampler(_UnarySampler):
                 self.hook.resumed(chain * total + start)
             policy = getattr(getattr(kernel, "runtime", None), "policy", None)
             with deferred_interrupt() if ck is not None else _NoInterrupt() as interrupt:
-                for t in range(start, total):
-                    warmup = t < self.warmup_steps
+                for t in itertools.count(start):
+                    if t >= warmup_end + self.num_samples:
+                        break
+                    warmup = t < warmup_end
                     try:
                         compiling = policy is not None and policy.compiled
                         if flat_kernel:
@@ -188,8 +213,12 @@ class _Sampler(_UnarySampler):
                             params = kernel.unflatten(theta)
                         else:
                             params = kernel.sample(params)
+                        action = meter.after(kernel, warmup) if meter is not None else None
+                        if action == "end_warmup":
+                            kernel.end_warmup()
+                            warmup_end = meter.warmup_ended_at = t + 1
                         hook(kernel, params, ("Warmup" if warmup else "Sample") + label,
-                             t if warmup else t - self.warmup_steps)
+                             t if warmup else t - warmup_end)
                         if not warmup:
                             flat = [params[name].reshape(-1) for name in save_params]
                             flat = (torch.cat if flat else torch.tensor)(flat)
@@ -199,15 +228,20 @@ class _Sampler(_UnarySampler):
                         if ck is None:
                             raise
                         raise ck.stopped(f"iteration {t + 1} of chain {chain}") from None
+                    if action == "stop":  # this draw passed the budget: the chain ends with it
+                        self._keep(t + 1 - warmup_end)
+                        meter.draws_not_run = self.num_samples - self.kept
                     if not warmup:
                         yield flat, chain
+                    if action == "stop":
+                        break
                     if ck is None:
                         continue
                     if interrupt.requested:
                         interrupt.acknowledge()
                         save(t + 1)
                         stage = f"at warm-up iteration {t + 1}" if warmup else \
-                            f"after draw {t + 1 - self.warmup_steps}"
+                            f"after draw {t + 1 - warmup_end}"
                         raise ck.interrupted(f"{stage} of {self.num_samples} (chain {chain})")
                     # a save before a compile starts (compile="auto" decided now; the next step compiles):
                     # a Ctrl-C during the compile then loses nothing
@@ -217,7 +251,8 @@ class _Sampler(_UnarySampler):
             progress.close()
             if ck is not None:
                 flush()
-                finished.append({"structure": structure, "chunks": list(chunks), "diagnostics": diagnostics})
+                finished.append({"structure": structure, "chunks": list(chunks), "diagnostics": diagnostics,
+                                 "draws": self.kept})
                 ck.save({"chain": chain + 1, "rng": rng_state(), "chunks": [], "draws": 0, "finished": finished},
                         chain=chain + 1, iteration=0, draws=0)
             yield diagnostics, chain
@@ -233,11 +268,16 @@ class MCMC(PyroMCMC):
     :param Checkpoint checkpoint: save the run's state there as it goes and continue from it
         when it was opened with ``resume=True`` (:mod:`bnnzoo.inference.checkpoint`); the chains
         then run in this process, one after another.
+    :param BudgetMeter budget: count a gradient budget while the chains run
+        (:mod:`bnnzoo.inference.budget`; a bnnzoo kernel with ``chain_method="vectorized"``): warm-up
+        ends at its share and sampling at the draw that passes it, so ``num_samples`` is then the
+        draws that ran.
     """
 
     def __init__(self, kernel, num_samples, warmup_steps=None, initial_params=None, num_chains=1, hook_fn=None,
                  mp_context=None, disable_progbar=False, disable_validation=True, transforms=None,
-                 save_params=None, chain_method="parallel", checkpoint: Checkpoint | None = None):
+                 save_params=None, chain_method="parallel", checkpoint: Checkpoint | None = None,
+                 budget: BudgetMeter | None = None):
         validation.one_of("chain_method", chain_method, CHAIN_METHODS)
         validation.integer("num_chains", num_chains, 1)
         self.chain_method = chain_method
@@ -264,9 +304,13 @@ class MCMC(PyroMCMC):
         if checkpoint is not None or (isinstance(kernel, FlatKernel) and isinstance(self.sampler, _UnarySampler)):
             # bnnzoo's loop (_Sampler): a flat kernel's point goes from step to step as it is; saves
             self.sampler = _Sampler(kernel, num_samples, self.warmup_steps, num_chains, disable_progbar,
-                                    self.sampler.initial_params, hook_fn, checkpoint)
+                                    self.sampler.initial_params, hook_fn, checkpoint, budget)
+            # Pyro's run collects num_samples draws a chain: as many as the budget let run
+            self.sampler.on_kept = partial(setattr, self, "num_samples")
+        self.requested_samples = num_samples
 
     def run(self, *args, **kwargs):
+        self.num_samples = self.requested_samples
         if self._vectorized_chains is not None:
             self.num_chains = 1  # what Pyro's loop runs: one chain holding the C-chain batch
         super().run(*args, **kwargs)

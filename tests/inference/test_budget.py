@@ -56,3 +56,67 @@ def test_an_integration_step_of_the_microcanonical_samplers_costs_its_gradients(
     assert r.notes["gradients_per_step"] == 2  # the minimal-norm integrator
     steps = r.sample_stats["n_steps"].sum()
     assert r.grad_evals["sampling"] == 2 * steps
+
+
+# ------------------------------------------------- a budget counted while the chains run
+BUDGETED = dict(num_samples=400, warmup_steps=200, num_chains=4, seed=0, progress=False)
+
+
+def _cumulative(stats: dict, per_step: float) -> np.ndarray:
+    return np.cumsum(np.asarray(stats["n_steps"]).sum(axis=0) * per_step)
+
+
+@pytest.mark.parametrize("engine", ["mams", "chees"])
+def test_warmup_ends_at_its_share_and_sampling_where_the_budget_runs_out(engine):
+    """Adaptive trajectories: warm-up ends at the transition that spends half of the budget, and no
+    draw runs after the one that passes it (that one is dropped)."""
+    budget = 20000
+    r = run(zoo.cosine_mlp(hidden=4), "cosine", engine=engine, budget=budget, **BUDGETED)
+    note, per_step = r.notes["budget"], r.notes.get("gradients_per_step", 1)
+    warm = _cumulative(r.warmup_sample_stats, per_step)
+    assert len(warm) == note["warmup_ended_at"] < 200
+    assert warm[-2] < budget / 2 <= warm[-1] == r.grad_evals["warmup"]
+    assert r.grad_evals["total"] <= budget < r.grad_evals["total"] + note["grad_evals_dropped"]
+    assert note["draws_dropped"] == 1 and note["draws_kept"] == r.num_draws
+    assert note["draws_kept"] + note["draws_dropped"] + note["draws_not_run"] == 400
+    assert r.options["warmup_budget"] == 0.5
+
+
+def test_the_draws_a_budget_keeps_are_those_of_the_run_without_it():
+    """Stopping sampling in the loop keeps the draws that cutting afterwards kept."""
+    settings = dict(engine="mams", num_samples=60, warmup_steps=40, num_chains=2, seed=3, progress=False)
+    full = run(zoo.cosine_mlp(hidden=4), "cosine", **settings)
+    per_step = full.notes["gradients_per_step"]
+    spent = full.grad_evals["warmup"] + _cumulative(full.sample_stats, per_step)
+    budget = int(spent[24]) + 1  # 25 draws fit, the 26th passes it
+    cut = run(zoo.cosine_mlp(hidden=4), "cosine", budget=budget, warmup_budget=1.0, **settings)
+    assert cut.num_draws == 25 and cut.notes["budget"]["draws_not_run"] == 60 - 26
+    assert "warmup_ended_at" not in cut.notes["budget"]
+    for site, draws in cut.samples.items():
+        np.testing.assert_array_equal(draws, full.samples[site][:, :25], err_msg=site)
+
+
+def test_a_budgeted_run_stopped_and_resumed_gives_the_same_draws(tmp_path, monkeypatch):
+    """Stopped at a save after warm-up ended early, then resumed: the same draws, warm-up's end kept."""
+    from bnnzoo.inference.checkpoint import Checkpoint
+
+    settings = dict(engine="mams", budget=6000, num_samples=100, warmup_steps=100, num_chains=2, seed=1,
+                    progress=False)
+    want = run(zoo.cosine_mlp(hidden=3), "cosine", **settings)
+    ended = want.notes["budget"]["warmup_ended_at"]
+    save, saves = Checkpoint.save, []
+
+    def stopping_save(self, state, **progress):
+        save(self, state, **progress)
+        saves.append(1)
+        if len(saves) == ended + 3:  # three draws after warm-up ended
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Checkpoint, "save", stopping_save)
+    with pytest.raises(KeyboardInterrupt):
+        run(zoo.cosine_mlp(hidden=3), "cosine", **settings, checkpoint=tmp_path, checkpoint_every=1)
+    monkeypatch.setattr(Checkpoint, "save", save)
+    got = run(zoo.cosine_mlp(hidden=3), "cosine", **settings, checkpoint=tmp_path, resume=True, checkpoint_every=1)
+    assert got.notes["budget"] == want.notes["budget"]
+    for site, draws in want.samples.items():
+        np.testing.assert_array_equal(got.samples[site], draws, err_msg=site)

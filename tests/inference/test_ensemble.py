@@ -71,6 +71,9 @@ def test_chains_start_at_their_member_in_order_and_reproducibly(cosine):
     ({"ensemble": {"lr": -1.0}}, "lr"),
     ({"ensemble": {"epochs": 3}}, "ensemble: unknown option(s) epochs"),
     ({"budget": 0}, "budget"),
+    ({"warmup_budget": 0.5}, "warmup_budget=0.5: only with budget="),
+    ({"budget": 1000, "warmup_budget": 0}, "warmup_budget"),
+    ({"budget": 1000, "warmup_budget": 1.5}, "warmup_budget"),
 ])
 def test_bad_warm_starts_are_refused_by_name(options, field):
     with pytest.raises(ValueError) as err:

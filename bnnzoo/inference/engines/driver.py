@@ -22,6 +22,7 @@ from ...models.spec import Conv2d
 from ...results import Draws, split_mcmc
 from ..potential import BNNPotential, FlatPotential, initial_theta, make_potential
 from ..adaptation import mass_windows
+from ..budget import BudgetMeter
 from ..checkpoint import Checkpoint
 from ..compilation import PROBE, AutoCompile
 from ..mcmc import MCMC
@@ -172,10 +173,11 @@ def _externals(checkpoint, **objects) -> None:
 
 
 def run_flat_kernel(engine, model, x, y, config, checkpoint: Checkpoint | None = None,
-                    initial: torch.Tensor | None = None) -> Draws:
+                    initial: torch.Tensor | None = None, budget: BudgetMeter | None = None) -> Draws:
     """Run ``engine.kernel`` (a :class:`~bnnzoo.inference.kernels.base.FlatKernel`) under Pyro's ``MCMC``,
     built from ``config.options`` (the run's typed options); ``initial``: ``[C, D]`` initial points (else
-    the kernel draws its own)."""
+    the kernel draws its own); ``budget``: counted in the loop where the chains are vectorized
+    (:class:`~bnnzoo.inference.budget.BudgetMeter`)."""
     num_samples, warmup_steps, num_chains = config.num_samples, config.warmup_steps, config.num_chains
     chain_method = config.driver_options.get("chain_method", "vectorized")
     compile = config.driver_options.get("compile", False)
@@ -195,7 +197,7 @@ def run_flat_kernel(engine, model, x, y, config, checkpoint: Checkpoint | None =
     _externals(checkpoint, potential=potential, model=model, x=x, y=y)
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
                 chain_method=chain_method, transforms=potential.transforms, checkpoint=checkpoint,
-                initial_params=_initial_params(potential, initial, num_chains),
+                initial_params=_initial_params(potential, initial, num_chains), budget=budget,
                 **_progress(engine, config.settings.progress, warmup_steps, num_samples,
                             1 if vectorized else num_chains))
     mcmc.run(x, y)

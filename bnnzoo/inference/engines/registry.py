@@ -58,7 +58,9 @@ class Engine:
         ``runner(engine, model, x, y, config, **extra)`` returning :class:`~bnnzoo.results.Draws`:
         ``config`` is the run's :class:`~bnnzoo.inference.engines.config.RunConfig` (counts, the typed
         ``options``, ``driver_options``, settings), ``extra`` holds ``checkpoint`` when the run keeps one
-        and ``initial`` (``[C, D]`` initial points) under an ensemble warm start (MCMC runners take it).
+        and ``initial`` (``[C, D]`` initial points) under an ensemble warm start (MCMC runners take it),
+        and ``budget`` (a :class:`~bnnzoo.inference.budget.BudgetMeter`) where a gradient budget is
+        counted while the kernel runs (bnnzoo's kernels: :func:`~bnnzoo.inference.engines.driver.run_flat_kernel`).
     description : str
     kernel : type, optional
         The ``MCMCKernel`` class.
@@ -116,11 +118,12 @@ class Engine:
             raise ValueError(f"engine {self.name!r}: {err}") from None
         return opts, driver
 
-    def run(self, model, x, y, config, checkpoint=None, initial=None) -> Draws:
+    def run(self, model, x, y, config, checkpoint=None, initial=None, budget=None) -> Draws:
         """Run on ``(x, y)`` as ``config`` (a :class:`~bnnzoo.inference.engines.config.RunConfig` of this
         engine) says; ``checkpoint``: a :class:`~bnnzoo.inference.checkpoint.Checkpoint`; ``initial``: the
         chains' ``[C, D]`` initial points in the potential's flat layout (an ensemble warm start), for the
-        MCMC engines."""
+        MCMC engines; ``budget``: a :class:`~bnnzoo.inference.budget.BudgetMeter` for a runner that counts
+        one as it runs."""
         if config.engine != self.name:
             raise ValueError(f"config: a run of engine {config.engine!r}, not {self.name!r}")
         extra = {}
@@ -128,6 +131,8 @@ class Engine:
             extra["checkpoint"] = checkpoint
         if initial is not None:
             extra["initial"] = initial
+        if budget is not None:
+            extra["budget"] = budget
         return self.runner(self, model, x, y, config, **extra)
 
 

@@ -177,7 +177,7 @@ class MAMSAdaptation:
         first, second, last = self.ends
         if self.adapt_step_size:
             step_size = self.step_size.update(acceptance_statistic(info.acceptance_rate, ~info.diverging))
-            params = params._replace(step_size=self.step_size.final_step_size if t == last - 1 else step_size)
+            params = params._replace(step_size=step_size)
         if self.precondition and first // 2 <= t < first:
             self.variance.update(state.position)
         if t == first - 1:
@@ -190,9 +190,21 @@ class MAMSAdaptation:
             params = params._replace(L=min(max(length, params.step_size), self.max_steps * params.step_size))
             self.measured, self.draws = True, []
             self.step_size.restart_average()
+        if t == last - 1:
+            params = self.finish(params)
         if self.short:
             params = params._replace(L=FIRST_STEPS * params.step_size)
         return state, params
+
+    def finish(self, params: MAMSParams) -> MAMSParams:
+        """End warm-up after the step just made (the last of phase 3, or an earlier one where a
+        gradient budget ends warm-up): the step size freezes at dual averaging's averaged iterate;
+        an L not yet measured stays at :data:`FIRST_STEPS` steps."""
+        if self.adapt_step_size:
+            params = params._replace(step_size=self.step_size.final_step_size)
+        if self.short:
+            params = params._replace(L=FIRST_STEPS * params.step_size)
+        return params
 
     def _precondition(self, sampler: MAMSSampler, state: MAMSState, params: MAMSParams) -> MAMSParams:
         """The preconditioner from the chains' own variances (if any); the step size, whose units it

@@ -162,10 +162,19 @@ class MCLMCAdaptation:
             params = self._precondition(params)
         if self.adapt_L and t >= third:
             self.draws.append(state.position[:, self.columns] / params.scale[self.columns])
-            if t == self.ends[-1] - 1 and len(self.draws) >= 8:
-                params = params._replace(L=decoherence_length(torch.stack(self.draws), info.n_steps * params.step_size))
-                self.draws = []
+            self.distance = info.n_steps * params.step_size
+            if t == self.ends[-1] - 1:
+                params = self.finish(params)
         return state, params
+
+    def finish(self, params: MCLMCParams) -> MCLMCParams:
+        """End warm-up after the step just made: L from the coordinates recorded in phase 4, where
+        there are at least 8 draws of them; everything else keeps its value (a gradient budget may end
+        warm-up before phase 4, or within it)."""
+        if self.adapt_L and len(self.draws) >= 8:
+            params = params._replace(L=decoherence_length(torch.stack(self.draws), self.distance))
+        self.draws = []
+        return params
 
     def _precondition(self, params: MCLMCParams) -> MCLMCParams:
         """The preconditioner from the chains' own variances; L the root of the summed variances in its units."""

@@ -85,8 +85,13 @@ class ScaleAdaptation:
 
     def update(self, sampler, t: int, state, info: RWMHInfo, params: RWMHParams):
         self.adapter.update(float(info.acceptance_rate.mean()))
-        last = t == self.num_steps - 1
-        return state, RWMHParams(self.adapter.final_step_size if last else self.adapter.step_size)
+        if t == self.num_steps - 1:
+            return state, self.finish(params)
+        return state, RWMHParams(self.adapter.step_size)
+
+    def finish(self, params: RWMHParams) -> RWMHParams:
+        """End warm-up: the scale freezes at the averaged iterate."""
+        return RWMHParams(self.adapter.final_step_size)
 
 
 @dataclass(frozen=True)

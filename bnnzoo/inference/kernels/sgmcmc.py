@@ -550,7 +550,11 @@ class SGWarmup:
         return state, SGParams(1)
 
     def update(self, sampler, t: int, state, info, params):
-        return state, (self.sampling if t == self.num_steps - 1 else params)
+        return state, (self.finish(params) if t == self.num_steps - 1 else params)
+
+    def finish(self, params):
+        """End warm-up: the sampling parameters from the next iteration on."""
+        return self.sampling
 
 
 # ------------------------------------------------------------ the adapter

@@ -16,7 +16,9 @@ Warm-up is a separate component composed around the sampler (BlackJAX's
 ``window_adaptation(algorithm)``): an adaptation with ``start(sampler, state, params, num_steps)
 -> (state, params)`` before the first warm-up step and ``update(sampler, t, state, info, params) ->
 (state, params)`` after each (``t`` counts warm-up steps from 0; at ``t = num_steps - 1`` it
-returns the final parameters; the sampler is there to try a step, as a step-size search does).
+returns the final parameters; the sampler is there to try a step, as a step-size search does),
+and ``finish(params) -> params``, which ends warm-up after the step just made (what ``update`` does
+at its last step; a gradient budget calls it earlier through :meth:`TransitionKernel.end_warmup`).
 Its state is plain attributes (numbers, tensors), so a checkpoint stores it as it is.
 
 :class:`TransitionKernel` is the one adapter: a :class:`~bnnzoo.inference.kernels.base.FlatKernel`
@@ -61,6 +63,8 @@ class Adaptation(Protocol):
 
     def update(self, sampler: Sampler, t: int, state: NamedTuple, info: NamedTuple,
                params: NamedTuple) -> tuple[NamedTuple, NamedTuple]: ...
+
+    def finish(self, params: NamedTuple) -> NamedTuple: ...
 
 
 @contextmanager
@@ -151,6 +155,16 @@ class TransitionKernel(FlatKernel):
         self.observe(state, info)
         self.remember(state.position, state.value, state.grad)
         return state.position, {**info_row(info), "lp": -state.value, **self.extra_stats()}
+
+    def end_warmup(self) -> None:
+        """End warm-up after the transition just made, before its scheduled end (a gradient budget's
+        call, :class:`~bnnzoo.inference.budget.BudgetMeter`): the adaptation's ``finish`` freezes the
+        parameters as its last scheduled step would, and every later transition is a draw."""
+        if not self.in_warmup:
+            return
+        self._warmup_steps = self._t
+        if self.adaptation is not None:
+            self.params = self.adaptation.finish(self.params)
 
     def observe(self, state: NamedTuple, info: NamedTuple) -> None:
         """After each transition and its warm-up update: tell the execution layer what it took (the
