@@ -16,10 +16,11 @@ Methods, per problem and seed (the seed of the members, the chains and NumPyro's
 * ``bnnzoo mclmc``, ``bnnzoo mams``, ``bnnzoo chees``: ``run(..., warm_start="ensemble",
   num_members=K, chains_per_member=M, budget=G)``: the same members (the members depend on the seed
   only), M chains from each, every stage (members, warm-up, sampling) within G gradient evaluations.
-  ``budget`` keeps the draws that G pays for; the number of draws to run is set per problem and
-  engine from a pilot run (seed 0, ``--pilot-draws`` draws; or ``--draws``) with a 20% margin, so that
-  G is spent and little is computed and dropped (``dropped`` in the rows: the gradients of draws run
-  past G; the wall time includes them).
+  bnnzoo counts the budget while the chains run (``bnnzoo.inference.budget``): warm-up ends once it
+  has spent half of what the members leave (``warmup_budget``'s default), and sampling stops after the
+  draw that passes G, which is dropped (``dropped`` in the rows: that draw's gradients, inside the
+  wall time). ``num_samples`` is only a cap, G // C + 1 draws a chain (a draw costs at least one
+  gradient a chain), or ``--draws``.
 * ``numpyro nuts``: NumPyro's NUTS (defaults: target 0.8, diagonal mass) on the same network, its
   C = K M chains (vectorized) started from the same members' points (chains 2..M of a member at its
   point plus N(0, 1e-3^2) noise, as bnnzoo's ``jitter``), ``--numpyro-warmup`` warm-up steps (100: its
@@ -45,6 +46,11 @@ coverage of the 90% interval (regression); against the reference: ``agreement`` 
 evaluations (members and all) and the wall time. Every finished row is written to
 ``benchmarks/results/<name>.json`` at once (a run stopped midway keeps them; started again it skips
 them), with the medians over seeds in ``<name>.md``.
+
+A results file is reused (its finished rows skipped) only under the same settings. Files written
+before bnnzoo counted the budget in its loop (their settings have ``pilot_draws``: a pilot run then
+set how many draws to run, and warm-up was never cut) keep their other methods' rows, and their
+bnnzoo rows are run again.
 
 Usage: ``python benchmarks/bench_posteriors.py [--problems diabetes breast_cancer wine] [--seeds 0 1 2]
 [--members 4] [--chains 2] [--warmup 300] [--budget 60000] [--skip-numpyro] [--skip-blackjax]
@@ -82,8 +88,8 @@ from bnnzoo.inference import run  # noqa: E402
 from bnnzoo.models import zoo  # noqa: E402
 
 BNNZOO_ENGINES = ("mclmc", "mams", "chees")
-#: draws planned beyond the pilot's estimate (another seed's warm-up and trajectories differ; budget= drops the rest)
-PLAN_MARGIN = 1.2
+#: how bnnzoo's rows spend the budget: counted in the loop (warm-up ends at its share, sampling at the budget)
+BUDGET_COUNTING = "loop"
 #: the order of the methods in the tables
 METHODS = ["ensemble", *(f"bnnzoo {e}" for e in BNNZOO_ENGINES), "numpyro nuts", "blackjax mile"]
 LIKELIHOOD = {"GaussianLikelihood": "gaussian", "Bernoulli": "bernoulli", "Categorical": "categorical"}
@@ -91,11 +97,26 @@ LIKELIHOOD = {"GaussianLikelihood": "gaussian", "Bernoulli": "bernoulli", "Categ
 
 def settings(args) -> dict:
     """The settings a row depends on (a finished row is reused only under the same ones)."""
-    out = {k: getattr(args, k) for k in ("members", "chains", "warmup", "budget", "pilot_draws", "draws",
+    out = {k: getattr(args, k) for k in ("members", "chains", "warmup", "budget", "draws",
                                          "mclmc_thin", "numpyro_chunk", "numpyro_warmup")}
     if getattr(args, "numpyro_budget", None) is not None:  # only where set, so that the rows written before it stay reusable
         out["numpyro_budget"] = args.numpyro_budget
+    out["budget_counting"] = BUDGET_COUNTING
     return out
+
+
+def reusable_rows(previous: dict, args) -> list[dict] | None:
+    """The rows of a results file that this run may keep: all of them under the same settings; under
+    the same settings but for a file written before bnnzoo counted the budget in its loop (module
+    docstring), the rows of the other methods; None where the settings differ."""
+    now = settings(args)
+    old = dict(previous.get("settings") or {})
+    if old == now:
+        return list(previous["rows"])
+    old.pop("pilot_draws", None)
+    if "budget_counting" not in old and old == {k: v for k, v in now.items() if k != "budget_counting"}:
+        return [r for r in previous["rows"] if not r["method"].startswith("bnnzoo ")]
+    return None
 
 
 def score_row(result, reference, problem: str, method: str, seed: int, wall: float, grads: dict,
@@ -129,18 +150,10 @@ def bnnzoo_run(problem, engine, seed, args, num_samples, budget=None, warmup=Non
                warmup_steps=warmup, seed=seed, progress=False, threads=1, budget=budget, **options)
 
 
-def plan_draws(problem, engine, args) -> tuple[int | None, str | None]:
-    """Draws per chain to run so that the budget is about spent: from a pilot run's gradients per draw
-    and warm-up (seed 0, ``pilot_draws`` draws); None and a note where the members and warm-up alone
-    spend the budget."""
-    pilot = bnnzoo_run(problem, engine, 0, args, args.pilot_draws)
-    chains = pilot.num_chains
-    per_draw = pilot.grad_evals["sampling"] / (chains * pilot.num_draws)
-    left = args.budget - pilot.grad_evals["members"] - pilot.grad_evals["warmup"]
-    if left <= per_draw * chains:
-        return None, (f"bnnzoo {engine} on {problem}: not run, its members and warm-up alone took "
-                      f"{args.budget - left:.0f} gradient evaluations in the pilot (budget {args.budget}).")
-    return max(1, math.ceil(PLAN_MARGIN * left / (per_draw * chains))), None
+def draw_cap(args) -> int:
+    """Draws per chain to run at most: ``--draws``, else more than the budget can pay for (a draw costs at
+    least one gradient a chain; bnnzoo stops sampling where the budget runs out)."""
+    return args.draws or args.budget // (args.members * args.chains) + 1
 
 
 def bnnzoo_rows(problem, engine, seed, args, reference, num_samples):
@@ -541,9 +554,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--chains", type=int, default=2, help="chains per member")
     parser.add_argument("--warmup", type=int, default=300, help="warm-up steps per chain")
     parser.add_argument("--budget", type=int, default=60_000, help="gradient evaluations per run, all stages")
-    parser.add_argument("--pilot-draws", type=int, default=20)
     parser.add_argument("--draws", type=int, default=None,
-                        help="draws per chain to run for every bnnzoo engine (default: from a pilot run)")
+                        help="draws per chain to run at most for every bnnzoo engine (default: more than the budget pays for)")
     parser.add_argument("--mclmc-thin", type=int, default=10, help="mclmc's steps_per_draw")
     parser.add_argument("--numpyro-chunk", type=int, default=25, help="NumPyro draws per chunk")
     parser.add_argument("--numpyro-warmup", type=int, default=100,
@@ -598,8 +610,9 @@ def main(argv=None) -> list[dict]:
     rows = []
     if old.exists():
         previous = json.loads(old.read_text())
-        if previous.get("settings") == settings(args):
-            rows = previous["rows"]
+        reused = reusable_rows(previous, args)
+        if reused is not None:
+            rows = reused
             kept = [n for n in previous.get("notes") or [] if n not in notes and not n.startswith(STALE_NOTES)]
             payload["notes"] = notes + kept  # the notes written by hand on the rows kept stay with them
             payload["tasks"] = {**previous.get("tasks", {}), **payload["tasks"]}  # the problems not run now too
@@ -616,7 +629,6 @@ def main(argv=None) -> list[dict]:
     for problem in args.problems:
         reference = load_reference(problem) if problem not in missing else None
         load(problem, seed=0)  # the data set's checks before anything runs
-        plans = {}
         for seed in args.seeds:
             members_run = None
             others = [m for m, have in (("ensemble", True), ("numpyro nuts", have_numpyro),
@@ -627,14 +639,7 @@ def main(argv=None) -> list[dict]:
                     if need_members:  # the members alone (they depend on the seed only), for the other rows
                         members_run = bnnzoo_run(problem, engine, seed, args, 1, warmup=1)
                     continue
-                if engine not in plans:
-                    plans[engine], note = (args.draws, None) if args.draws else plan_draws(problem, engine, args)
-                    if note:
-                        print(note, flush=True)
-                        payload["notes"].append(note)
-                if plans[engine] is None:
-                    continue
-                row, result = bnnzoo_rows(problem, engine, seed, args, reference, plans[engine])
+                row, result = bnnzoo_rows(problem, engine, seed, args, reference, draw_cap(args))
                 members_run = members_run or result
                 if (problem, row["method"], seed) not in done:
                     rows.append(row)

@@ -190,6 +190,22 @@ def test_bench_posteriors_numpyro_budget_is_a_setting_only_where_given(monkeypat
     assert bench.settings(args)["numpyro_budget"] == 9000
 
 
+def test_bench_posteriors_runs_again_the_bnnzoo_rows_of_a_file_from_before_the_budget_was_counted_in_the_loop(
+        monkeypatch):
+    """A results file written when a pilot set the draws (and warm-up was never cut) keeps its other
+    methods' rows under otherwise equal settings; its bnnzoo rows are run again."""
+    bench = _bench_posteriors(monkeypatch)
+    args = bench.argparse.Namespace(members=2, chains=2, warmup=30, budget=8000, draws=None, mclmc_thin=2,
+                                    numpyro_chunk=10, numpyro_warmup=10, numpyro_budget=None)
+    rows = [{"method": "bnnzoo mams"}, {"method": "numpyro nuts"}, {"method": "ensemble"}]
+    legacy = {**{k: v for k, v in bench.settings(args).items() if k != "budget_counting"}, "pilot_draws": 20}
+    kept = bench.reusable_rows({"settings": legacy, "rows": rows}, args)
+    assert [r["method"] for r in kept] == ["numpyro nuts", "ensemble"]
+    assert bench.reusable_rows({"settings": bench.settings(args), "rows": rows}, args) == rows
+    assert bench.reusable_rows({"settings": {**legacy, "budget": 9000}, "rows": rows}, args) is None
+    assert bench.draw_cap(args) == 8000 // 4 + 1
+
+
 def _gaussian_counting_density():
     """N(0, I_3) x N(0, 4 I_2) as a JAX log density of ``{"a", "b"}``, and the count of its evaluations."""
     import jax

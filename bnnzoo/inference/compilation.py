@@ -168,12 +168,16 @@ class AutoCompile:
     The kernel calls :meth:`observe` after each transition with the gradients it took (the HMC
     family's leapfrog steps; the microcanonical kernels' integrator steps times their gradients a step:
     ``unit`` names them in the note).
-    ``total_iterations`` is warm-up plus draws; ``decide_at`` the iteration of the decision."""
+    ``total_iterations`` is warm-up plus draws; ``decide_at`` the iteration of the decision;
+    ``gradient_limit``: the most gradient calls (of the batch, in :meth:`observe`'s unit) the whole
+    run may take, where a gradient budget ends it sooner than its iterations would (None: none)."""
 
     def __init__(self, potential, total_iterations: int, decide_at: int, multi_step: bool = True,
-                 unit: str = "leapfrog steps"):
+                 unit: str = "leapfrog steps", gradient_limit: float | None = None):
         self.potential = potential
         self.total_iterations = int(total_iterations)
+        self.gradient_limit = gradient_limit
+        self.counted = 0  # gradient calls observed so far
         self.decide_at = int(decide_at)
         self.iteration = 0
         self.decision: str | None = None
@@ -192,6 +196,7 @@ class AutoCompile:
     def observe(self, steps: int, theta: torch.Tensor) -> None:
         """One transition done with ``steps`` leapfrog steps; decides at :attr:`decide_at`."""
         self.iteration += 1
+        self.counted += int(steps)
         if self.decision is not None:
             if self.compiled and not self.potential.compile:  # a resumed run's fresh potential
                 self._compile()
@@ -205,7 +210,10 @@ class AutoCompile:
         graphed = self.multi_step and bool(getattr(self.potential, "graphable", False))
         per_step = modeled_step_seconds(self.potential, theta, graphed)
         speedup = assumed_speedup(self.potential, theta, self.multi_step)
-        rest = (self.total_iterations - self.iteration) * mean_steps * per_step
+        calls = (self.total_iterations - self.iteration) * mean_steps
+        if self.gradient_limit is not None:  # a budget's end comes first
+            calls = min(calls, max(self.gradient_limit - self.counted, 0.0))
+        rest = calls * per_step
         numbers = (f"at iteration {self.iteration}: {mean_steps:.3g} {self.unit} per iteration, modeled "
                    f"{per_step * 1e3:.2g} ms per eager gradient, about {rest:.0f} s left eagerly, compile expected "
                    f"{COMPILE_SECONDS:.0f} s, speed-up {speedup:.2g}x assumed")

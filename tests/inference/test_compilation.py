@@ -85,6 +85,17 @@ def test_decides_from_the_modeled_rest_of_the_run(unclocked, total, compiles):
     assert "at iteration 50" in policy.note() and f"about {rest:.0f} s left eagerly" in policy.note()
 
 
+def test_a_gradient_budget_bounds_the_rest_of_the_run(unclocked):
+    """A run whose iterations would pay a compile back, but whose budget ends it first, stays eager."""
+    potential = unclocked
+    per_step = compilation.modeled_step_seconds(potential, torch.zeros(4, potential.dim))
+    limit = 50 * 100 + 1000
+    policy = AutoCompile(potential, total_iterations=1_000_000, decide_at=50, gradient_limit=limit)
+    drive(policy, 50, steps=100)
+    assert not potential.compile and policy.note().startswith("auto: eager")
+    assert f"about {1000 * per_step:.0f} s left eagerly" in policy.note()
+
+
 def test_the_decision_is_the_same_whatever_ran_before(unclocked):
     """Two runs of one network in one process decide alike: nothing of the first is kept."""
     notes = []

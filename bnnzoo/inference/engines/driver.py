@@ -143,10 +143,12 @@ def _record_compile_time(draws: Draws, potential: FlatPotential, policy: AutoCom
 
 
 def _auto_compile(kernel, potential: FlatPotential, warmup_steps: int, num_samples: int,
-                  runs: int) -> AutoCompile:
+                  runs: int, budget: BudgetMeter | None = None, num_chains: int = 1) -> AutoCompile:
     """The ``compile="auto"`` policy of a run: decided :data:`~bnnzoo.inference.compilation.PROBE`
     iterations after the first mass-matrix window (ChEES sets its trajectory length there), or
-    after the first ``PROBE + 1`` where the kernel has none. ``runs``: chains run one after another."""
+    after the first ``PROBE + 1`` where the kernel has none. ``runs``: chains run one after another;
+    ``budget``: a budget counted in the loop bounds what is left (its gradients over the
+    ``num_chains`` chains of the batch)."""
     # the kernel's own windows where it has them (the HMC family's warm-up)
     if hasattr(kernel, "mass_windows"):
         windows = kernel.mass_windows(warmup_steps)
@@ -154,8 +156,9 @@ def _auto_compile(kernel, potential: FlatPotential, warmup_steps: int, num_sampl
         windows = mass_windows(warmup_steps) if getattr(kernel.options, "adapt_mass_matrix", False) else []
     decide_at = (windows[0][1] if windows else 1) + PROBE
     multi_step = getattr(kernel, "multi_step_graph", False)
+    limit = None if budget is None else max(budget.budget - budget.spent, 0) / num_chains
     return AutoCompile(potential, (warmup_steps + num_samples) * runs, decide_at, multi_step=multi_step,
-                       unit=getattr(kernel, "gradient_unit", "leapfrog steps"))
+                       unit=getattr(kernel, "gradient_unit", "leapfrog steps"), gradient_limit=limit)
 
 
 def _progress(engine, progress: bool, warmup_steps: int, num_samples: int, chains: int) -> dict:
@@ -191,7 +194,8 @@ def run_flat_kernel(engine, model, x, y, config, checkpoint: Checkpoint | None =
     policy = None
     if compile == "auto":
         policy = kernel.runtime.policy = _auto_compile(kernel, potential, warmup_steps, num_samples,
-                                                       1 if vectorized else num_chains)
+                                                       1 if vectorized else num_chains,
+                                                       budget if vectorized else None, num_chains)
     if vectorized and num_chains > 1:
         check_memory(model, num_chains, int(x.shape[0]), engine.name, device=x.device)
     _externals(checkpoint, potential=potential, model=model, x=x, y=y)
