@@ -80,6 +80,11 @@ def test_warmup_ends_at_its_share_and_sampling_where_the_budget_runs_out(engine)
     assert note["draws_dropped"] == 1 and note["draws_kept"] == r.num_draws
     assert note["draws_kept"] + note["draws_dropped"] + note["draws_not_run"] == 400
     assert r.options["warmup_budget"] == 0.5
+    from bnnzoo.experiments.report import _verdicts
+
+    line = next(v for v in _verdicts(r) if v.startswith("Gradient evaluations"))
+    assert f"warm-up ended at its share after {note['warmup_ended_at']} iterations" in line
+    assert f"{400 - note['draws_kept']} draws past it dropped or not run" in line
 
 
 def test_the_draws_a_budget_keeps_are_those_of_the_run_without_it():
