@@ -214,7 +214,7 @@ class _Sampler(_UnarySampler):
                         else:
                             params = kernel.sample(params)
                         action = meter.after(kernel, warmup) if meter is not None else None
-                        if action == "end_warmup":
+                        if action == "end_warmup" and t + 1 < warmup_end:  # before its scheduled end
                             kernel.end_warmup()
                             warmup_end = meter.warmup_ended_at = t + 1
                         hook(kernel, params, ("Warmup" if warmup else "Sample") + label,
