@@ -18,6 +18,7 @@ traces, ``potential.graph_value_and_grad(theta)`` (for
 (``compile_seconds``, which a run reports as ``Run.compile_seconds``), the input shapes compiled, and
 what happens when a compile fails (raise for ``compile=True``; warn and go on eagerly, the potential's
 ``compile`` set back to False, for ``compile="auto"``, :class:`~bnnzoo.inference.compilation.AutoCompile`).
+A compiled graph runs with subnormal floats flushed to zero (:func:`_flushing_denormals`).
 Every first compile points inductor at bnnzoo's persistent cache first
 (:func:`~bnnzoo.inference.compilation.use_persistent_inductor_cache`). Whether and when a potential
 runs compiled is chosen outside it: by ``compile=True`` when it is built, or by the run's
@@ -46,6 +47,20 @@ UNROLL = 4
 
 #: variants (networks, shapes, thread counts) of each compiled graph one process may hold
 RECOMPILE_LIMIT = 128
+
+
+def _flushing_denormals(graph, *args):
+    """``graph(*args)`` with subnormal floats flushed to zero on the CPU (``torch.set_flush_denormal``),
+    then flushing off again (torch's default). A compiled graph's loops meet subnormals where a
+    network's outputs saturate (an ``exp`` far below 1 in a softmax's gradient), and each costs the
+    CPU a slow path: on the digits MLP, a compiled gradient took 2 to 3.5 times as long at points
+    that produce them (``benchmarks/results/denormals.md``). Values below 1.2e-38 (float32) or
+    2.2e-308 (float64) become 0; the two calls cost about 50 ns."""
+    torch.set_flush_denormal(True)
+    try:
+        return graph(*args)
+    finally:
+        torch.set_flush_denormal(False)
 
 
 def unroll_step_sizes(step_size: float | Tensor, like: Tensor, num_steps: int = UNROLL) -> Tensor:
@@ -143,7 +158,7 @@ class CompiledGraphs:
         # dynamo's guards are: a new count compiles anew (so it must go through the branch below)
         key = (name, torch.get_num_threads(), *(a.shape for a in args))
         if key in self.keys:
-            return compiled(name)(self.potential, *args)
+            return _flushing_denormals(compiled(name), self.potential, *args)
         if name == "value_and_grad" and key not in self._called_once:
             # a kernel that steps with the leapfrog graphs calls this one once a run (ChEES's first
             # gradient), not worth a second of compiling: its first call runs eagerly
@@ -156,7 +171,7 @@ class CompiledGraphs:
             # recompile_limit (8) variants of one function before it runs it eagerly, silently: one
             # process sampling nine networks would run the ninth uncompiled, 5x slower
             with torch._dynamo.config.patch(recompile_limit=max(RECOMPILE_LIMIT, torch._dynamo.config.recompile_limit)):
-                out = compiled(name)(self.potential, *args)
+                out = _flushing_denormals(compiled(name), self.potential, *args)
         except Exception as err:
             if not self.fallback:
                 raise RuntimeError(f"compile=True: torch.compile of the potential's {name} failed "

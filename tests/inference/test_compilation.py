@@ -239,6 +239,29 @@ def test_every_compile_uses_the_persistent_inductor_cache_unless_one_is_chosen(t
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(want)
 
 
+def test_a_compiled_graph_runs_with_subnormals_flushed_and_leaves_flushing_off(tmp_path, monkeypatch):
+    """Subnormals slow a compiled graph's loops (benchmarks/results/denormals.md): the graph runs
+    with them flushed to zero, and torch's default (kept) is back after each call."""
+    def flushing() -> bool:
+        return float(torch.tensor(1e-38) * torch.tensor(0.5)) == 0.0  # 5e-39 is subnormal in float32
+
+    seen = []
+
+    def stand_in(name):
+        def graph(potential, *args):
+            seen.append(flushing())
+            return potential.analytic_value_and_grad(*args)
+        return graph
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compiled_graphs, "compiled", stand_in)
+    data = load("cosine", seed=0)
+    potential = BNNPotential(BNN(zoo.cosine_mlp(hidden=4)), data.x_train, data.y_train, compile=True)
+    for _ in range(3):  # eager, then the compiling call, then the compiled one
+        potential.graphs.run("value_and_grad", torch.zeros(2, potential.dim))
+    assert seen == [True, True] and not flushing()
+
+
 def test_the_projection_uses_the_mean_steps_of_the_probe(unclocked):
     """ChEES jitters its step count: the rest of the run is projected at the probe's mean, not
     at whatever the last iteration drew."""
