@@ -53,9 +53,10 @@ def _flushing_denormals(graph, *args):
     """``graph(*args)`` with subnormal floats flushed to zero on the CPU (``torch.set_flush_denormal``),
     then flushing off again (torch's default). A compiled graph's loops meet subnormals where a
     network's outputs saturate (an ``exp`` far below 1 in a softmax's gradient), and each costs the
-    CPU a slow path: on the digits MLP, a compiled gradient took 2 to 3.5 times as long at points
-    that produce them (``benchmarks/results/denormals.md``). Values below 1.2e-38 (float32) or
-    2.2e-308 (float64) become 0; the two calls cost about 50 ns."""
+    CPU a slow path: the digits MLP's compiled gradient is several times slower at points that
+    produce them (``benchmarks/results/denormals.md``, ``benchmarks/bench_denormals.py``). Values
+    below 1.2e-38 (float32) or 2.2e-308 (float64) become 0; setting the flag twice costs well under a
+    microsecond."""
     torch.set_flush_denormal(True)
     try:
         return graph(*args)
