@@ -51,10 +51,10 @@ RECOMPILE_LIMIT = 128
 
 def _flushing_denormals(graph, *args):
     """``graph(*args)`` with subnormal floats flushed to zero on the CPU (``torch.set_flush_denormal``),
-    then flushing off again (torch's default). A compiled graph's loops meet subnormals where a
-    network's outputs saturate (an ``exp`` far below 1 in a softmax's gradient), and each costs the
-    CPU a slow path: the digits MLP's compiled gradient is several times slower at points that
-    produce them (``benchmarks/results/denormals.md``, ``benchmarks/bench_denormals.py``). Values
+    then flushing off again (torch's default). A compiled graph's intermediate values can fall below
+    the smallest normal float, and each such value costs the CPU a slow path: the digits MLP's
+    compiled gradient is several times slower unflushed at some points (where the gradient's own
+    entries hold no subnormal; which intermediate produces them was not traced) (``benchmarks/results/denormals.md``, ``benchmarks/bench_denormals.py``). Values
     below 1.2e-38 (float32) or 2.2e-308 (float64) become 0; setting the flag twice costs well under a
     microsecond."""
     torch.set_flush_denormal(True)
