@@ -1,8 +1,8 @@
 """Subnormal floats in a compiled gradient: its time with and without flushing them to zero.
 
 A float below 1.2e-38 (float32) is subnormal, and many CPUs take a slow path for every
-operation on one. Where a network's outputs saturate (a softmax's ``exp`` far below 1, in the
-gradient too) its compiled graph meets them. bnnzoo runs every compiled graph with
+operation on one; a compiled graph's intermediate values can be subnormal even where its
+outputs hold none. bnnzoo runs every compiled graph with
 ``torch.set_flush_denormal(True)`` (``compiled_graphs._flushing_denormals``); this script
 measures what that buys: the median seconds of one ``value_and_grad`` of the compiled graph and
 of the eager analytic gradient, with flushing on and off, for 8 chains at points drawn
