@@ -5,7 +5,7 @@ Problems (data sets that scikit-learn ships, each with its zoo network and its s
 predictive, ``benchmarks/build_references.py``): ``diabetes`` (``diabetes_mlp``, 10-32-1 tanh,
 Gaussian likelihood), ``breast_cancer`` (``breast_cancer_mlp``, 30-16-1 tanh, Bernoulli) and
 ``wine`` (``wine_mlp``, 13-16-3 tanh, categorical); N(0, 1) priors; the seed-0 split of each data
-set. ``digits`` (``digits_mlp``, 64-128-128-10 tanh, 26k parameters) is left out by default (slow on
+set. ``digits`` (``digits_mlp``, 64-128-128-10 ReLU, 26k parameters) is left out by default (slow on
 a 2-core CPU) and has no stored reference: a problem without one is scored on its own (LPPD,
 accuracy or RMSE, ECE, the within-member mixing), its ``agreement``, ``tv`` and ``w2`` left empty.
 
