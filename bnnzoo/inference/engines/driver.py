@@ -221,11 +221,12 @@ def _initial_params(potential: FlatPotential, initial: torch.Tensor | None, num_
 
 
 def run_pyro_hmc(engine, model, x, y, config, checkpoint: Checkpoint | None = None,
-                 initial: torch.Tensor | None = None) -> Draws:
+                 initial: torch.Tensor | None = None, budget: BudgetMeter | None = None) -> Draws:
     """Pyro's NUTS/HMC (bnnzoo's recording subclasses) with ``config.options``: on the BNN's batched
     potential when ``fast``, with initial points drawn like bnnzoo's kernels draw theirs. Pyro's chains
     run in worker processes on the CPU; with a checkpoint, or on a GPU (which a forked worker cannot
-    use), one after another in this process."""
+    use), one after another in this process. ``budget`` goes to ``MCMC``, whose loop counts it only for
+    a bnnzoo kernel: Pyro's draws are cut after the run."""
     num_samples, warmup_steps, num_chains = config.num_samples, config.warmup_steps, config.num_chains
     opts = config.options
     kwargs = opts.pyro_kwargs(model)
@@ -242,7 +243,7 @@ def run_pyro_hmc(engine, model, x, y, config, checkpoint: Checkpoint | None = No
     mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps, num_chains=num_chains,
                 initial_params=initial, transforms=potential.transforms,
                 chain_method="sequential" if checkpoint is not None or x.device.type != "cpu" else "parallel",
-                checkpoint=checkpoint,
+                checkpoint=checkpoint, budget=budget,
                 **_progress(engine, config.settings.progress, warmup_steps, num_samples, num_chains))
     mcmc.run(x, y)
     draws = split_mcmc(mcmc)

@@ -59,8 +59,8 @@ class Engine:
         ``config`` is the run's :class:`~bnnzoo.inference.engines.config.RunConfig` (counts, the typed
         ``options``, ``driver_options``, settings), ``extra`` holds ``checkpoint`` when the run keeps one
         and ``initial`` (``[C, D]`` initial points) under an ensemble warm start (MCMC runners take it),
-        and ``budget`` (a :class:`~bnnzoo.inference.budget.BudgetMeter`) where a gradient budget is
-        counted while the kernel runs (bnnzoo's kernels: :func:`~bnnzoo.inference.engines.driver.run_flat_kernel`).
+        and ``budget`` (a :class:`~bnnzoo.inference.budget.BudgetMeter`) under a budget an MCMC engine's
+        cost per draw does not fix (bnnzoo's MCMC loop counts it for bnnzoo's kernels).
     description : str
     kernel : type, optional
         The ``MCMCKernel`` class.

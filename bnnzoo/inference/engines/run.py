@@ -23,7 +23,6 @@ from ...results import Run
 from ..budget import BudgetMeter, fixed_cost, plan_samples, stage_grad_evals, truncate
 from ..checkpoint import CHECKPOINT_SECONDS, STATE_LAYOUT, Checkpoint, fingerprint
 from ..ensemble import fit_members, initial_points, members_cost
-from ..kernels.base import FlatKernel
 from ..potential import make_potential
 from ..threads import busy_note, choose_threads, using_threads, work_per_gradient
 from .config import COUNTS, RunConfig, resolve_dtype, run_config
@@ -272,7 +271,7 @@ def _run_engine(config: RunConfig, model, data, host, cast, tuning, options, sto
             pyro.set_rng_seed(int(seed))  # the sampler's draws do not depend on the members' use of the RNG
         member_evals = sum(m.grad_evals for m in members) if members else 0
         meter = None
-        if plan.budget is not None and fixed_cost(spec, config.engine_options) is None and _flat(spec):
+        if plan.budget is not None and fixed_cost(spec, config.engine_options) is None:
             meter = BudgetMeter(plan.budget, member_evals, plan.warmup_budget)  # adaptive costs: counted as they run
         draws = spec.run(model, data.x_train, data.y_train, config, checkpoint=store, initial=initial, budget=meter)
         wall = time.perf_counter() - start
@@ -298,11 +297,6 @@ def _run_engine(config: RunConfig, model, data, host, cast, tuning, options, sto
         store.finish({"draws": draws, "wall_time": wall})
     return Run.from_draws(draws, engine=engine, kind=spec.kind, model=model, data=host, wall_time=wall,
                           options=options)
-
-
-def _flat(spec) -> bool:
-    """Whether the engine runs a bnnzoo kernel (whose loop counts a budget as it runs)."""
-    return isinstance(spec.kernel, type) and issubclass(spec.kernel, FlatKernel)
 
 
 def _member_store(store: Checkpoint | None, num_members: int) -> dict:
