@@ -54,7 +54,7 @@ bnnzoo rows are run again.
 
 Usage: ``python benchmarks/bench_posteriors.py [--problems diabetes breast_cancer wine] [--seeds 0 1 2]
 [--members 4] [--chains 2] [--warmup 300] [--budget 60000] [--skip-numpyro] [--skip-blackjax]
-[--methods "blackjax mile" ...] [--smoke] [--out DIR] [--name posteriors] [--retable]``; ``--methods``
+[--methods "blackjax mile" ...] [--device cuda] [--smoke] [--out DIR] [--name posteriors] [--retable]``; ``--methods``
 runs only the methods named and keeps the rows of the others already in the results file.
 """
 
@@ -102,6 +102,8 @@ def settings(args) -> dict:
     if getattr(args, "numpyro_budget", None) is not None:  # only where set, so that the rows written before it stay reusable
         out["numpyro_budget"] = args.numpyro_budget
     out["budget_counting"] = BUDGET_COUNTING
+    if getattr(args, "device", "cpu") != "cpu":  # only where set, so that the CPU files stay reusable
+        out["device"] = args.device
     return out
 
 
@@ -147,7 +149,8 @@ def bnnzoo_run(problem, engine, seed, args, num_samples, budget=None, warmup=Non
     warmup = steps if warmup is None else warmup
     return run(PROBLEMS[problem], load(problem, seed=0), engine=engine, warm_start="ensemble",
                num_members=args.members, chains_per_member=args.chains, num_samples=num_samples,
-               warmup_steps=warmup, seed=seed, progress=False, threads=1, budget=budget, **options)
+               warmup_steps=warmup, seed=seed, progress=False, threads=1, budget=budget, device=args.device,
+               **options)
 
 
 def draw_cap(args) -> int:
@@ -161,6 +164,8 @@ def bnnzoo_rows(problem, engine, seed, args, reference, num_samples):
     dropped = result.notes.get("budget", {}).get("grad_evals_dropped", 0)
     row = score_row(result, reference, problem, f"bnnzoo {engine}", seed, result.wall_time, result.grad_evals,
                     args.chains, note=f"dropped {dropped}")
+    stats = result.sample_stats  # how the adapted kernel ran: its step size, trajectory length and steps
+    row.update({f"{k}_median": float(np.median(stats[k])) for k in ("step_size", "L", "n_steps") if k in stats})
     return row, result
 
 
@@ -531,9 +536,15 @@ def report(rows: list[dict], payload: dict) -> str:
         notes.append(f"{method} on {problem}, seed {', '.join(seeds)}: over the budget ({', '.join(str(r['grad_total']) for r in over if (r['problem'], r['method']) == (problem, method))} gradients): its warm-up alone spent more; one draw per chain kept.")
     if notes:
         text.append("\n" + "\n".join(f"- {n}" for n in notes) + "\n")
-    text.append(f"\nMeasured {info['date']} on {info['processor']} ({info['cpus']} CPUs, shared with other work; "
-                f"load average {info['load']} at the last row), torch {info['torch']}, 1 torch thread and 1 XLA "
-                f"thread per run, nice 10. Per-seed rows: `{payload['name']}.json`.\n")
+    where = f"{info['cpus']} CPUs, shared with other work; load average {info['load']} at the last row"
+    if info.get("gpu"):  # bnnzoo on the GPU; JAX where its own default put it
+        jax_device = (payload.get("mile_versions") or {}).get("jax_device", "JAX's default device")
+        text.append(f"\nMeasured {info['date']} on {info['gpu']} ({where}): bnnzoo on {info['device']}, JAX on "
+                    f"{jax_device}; the members' fits on the same device as bnnzoo; torch {info['torch']}, "
+                    f"Python {info['python']}, 1 torch thread. Per-seed rows: `{payload['name']}.json`.\n")
+        return "".join(text)
+    text.append(f"\nMeasured {info['date']} on {info['processor']} ({where}), torch {info['torch']}, 1 torch "
+                f"thread and 1 XLA thread per run, nice 10. Per-seed rows: `{payload['name']}.json`.\n")
     return "".join(text)
 
 
@@ -569,6 +580,8 @@ def main(argv=None) -> list[dict]:
                         help="run only these methods (the rows of the others already written are kept)")
     parser.add_argument("--smoke", action="store_true", help="tiny settings on wine, one seed (for tests)")
     parser.add_argument("--retable", action="store_true", help="rewrite the markdown from the JSON, run nothing")
+    parser.add_argument("--device", default="cpu", help="where bnnzoo runs (cuda: the members' fits and the "
+                        "chains on the GPU; JAX's rows on JAX's default device)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default=None, help="results file name (default: posteriors, or posteriors_smoke)")
     args = parser.parse_args(argv)
@@ -602,7 +615,7 @@ def main(argv=None) -> list[dict]:
     if missing:  # scored on their own (LPPD, accuracy or RMSE, ECE, mixing), not against a reference
         notes.append(f"no stored reference for {', '.join(missing)} (benchmarks/build_references.py): "
                      "`agreement`, `tv` and `w2` are not scored there.")
-    info = machine()
+    info = machine(args.device)
     info["threads"] = 1
     payload = {"name": name, "machine": info, "settings": settings(args), "notes": notes,
                "tasks": {p: zoo.get(PROBLEMS[p]).likelihood.task for p in args.problems}}
@@ -624,7 +637,8 @@ def main(argv=None) -> list[dict]:
         import jax
 
         payload["mile"] = dataclasses.asdict(MILE)
-        payload["mile_versions"] = {"blackjax": blackjax.__version__, "jax": jax.__version__}
+        payload["mile_versions"] = {"blackjax": blackjax.__version__, "jax": jax.__version__,
+                                    "jax_device": str(jax.devices()[0])}
     done = {(r["problem"], r["method"], r["seed"]) for r in rows}
     for problem in args.problems:
         reference = load_reference(problem) if problem not in missing else None
@@ -633,7 +647,8 @@ def main(argv=None) -> list[dict]:
             members_run = None
             others = [m for m, have in (("ensemble", True), ("numpyro nuts", have_numpyro),
                                         ("blackjax mile", have_blackjax)) if have and m in selected]
-            for engine in BNNZOO_ENGINES:
+            # the engines run first, so that the other rows take their members rather than fitting them again
+            for engine in sorted(BNNZOO_ENGINES, key=lambda e: f"bnnzoo {e}" not in selected):
                 need_members = members_run is None and any((problem, m, seed) not in done for m in others)
                 if (problem, f"bnnzoo {engine}", seed) in done or f"bnnzoo {engine}" not in selected:
                     if need_members:  # the members alone (they depend on the seed only), for the other rows

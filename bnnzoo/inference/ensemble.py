@@ -295,8 +295,8 @@ def initial_points(potential: FlatPotential, members: Sequence[MemberFit], chain
     theta = torch.stack([torch.as_tensor(m.theta, **where) for m in members])
     theta = theta.repeat_interleave(chains_per_member, dim=0)
     if chains_per_member > 1 and jitter > 0:
-        gen = torch.Generator().manual_seed(int(seed) + 1)
-        noise = torch.randn(theta.shape, generator=gen, dtype=theta.dtype).to(theta.device) * jitter
+        gen = torch.Generator().manual_seed(int(seed) + 1)  # drawn on the host: the same starts on every device
+        noise = torch.randn(theta.shape, generator=gen, dtype=theta.dtype, device="cpu").to(theta.device) * jitter
         first = torch.arange(theta.shape[0], device=theta.device) % chains_per_member == 0
         theta = torch.where(first[:, None], theta, theta + noise)
     return theta

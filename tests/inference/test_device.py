@@ -90,6 +90,11 @@ VARIANTS = {
     "svi-horseshoe": ("svi", {"model_or_spec": _horseshoe()}),
     "rwmh-categorical": ("rwmh", {"model_or_spec": CATEGORICAL[0], "data": CATEGORICAL[1]}),
     "fixed_hmc-categorical": ("fixed_hmc", {"model_or_spec": CATEGORICAL[0], "data": CATEGORICAL[1]}),
+    # optimise, then sample: members fitted on the data's device, a budget counted while the chains run
+    "mams-ensemble-budget": ("mams", {"warm_start": "ensemble", "num_members": 1, "chains_per_member": 2,
+                                      "num_samples": 40, "warmup_steps": 20, "budget": 3000}),
+    "mclmc-ensemble": ("mclmc", {"warm_start": "ensemble", "num_members": 2, "chains_per_member": 1}),
+    "sgld-ensemble": ("sgld", {"warm_start": "ensemble", "num_members": 2, "chains_per_member": 1}),
 }
 
 
