@@ -536,13 +536,14 @@ def report(rows: list[dict], payload: dict) -> str:
         notes.append(f"{method} on {problem}, seed {', '.join(seeds)}: over the budget ({', '.join(str(r['grad_total']) for r in over if (r['problem'], r['method']) == (problem, method))} gradients): its warm-up alone spent more; one draw per chain kept.")
     if notes:
         text.append("\n" + "\n".join(f"- {n}" for n in notes) + "\n")
-    where = f"{info['cpus']} CPUs, shared with other work; load average {info['load']} at the last row"
     if info.get("gpu"):  # bnnzoo on the GPU; JAX where its own default put it
+        where = f"{info['cpus']} CPUs; load average {info['load']} at the last row"
         jax_device = (payload.get("mile_versions") or {}).get("jax_device", "JAX's default device")
         text.append(f"\nMeasured {info['date']} on {info['gpu']} ({where}): bnnzoo on {info['device']}, JAX on "
                     f"{jax_device}; the members' fits on the same device as bnnzoo; torch {info['torch']}, "
                     f"Python {info['python']}, 1 torch thread. Per-seed rows: `{payload['name']}.json`.\n")
         return "".join(text)
+    where = f"{info['cpus']} CPUs, shared with other work; load average {info['load']} at the last row"
     text.append(f"\nMeasured {info['date']} on {info['processor']} ({where}), torch {info['torch']}, 1 torch "
                 f"thread and 1 XLA thread per run, nice 10. Per-seed rows: `{payload['name']}.json`.\n")
     return "".join(text)

@@ -338,3 +338,23 @@ def test_bench_suite_smoke_without_jax(monkeypatch, tmp_path):
     (tmp_path / "suite_smoke.md").unlink()
     bench.main(["--smoke", "--retable", "--out", str(tmp_path)])
     assert (tmp_path / "suite_smoke.md").read_text() == table
+
+
+def test_bench_posteriors_on_a_gpu_names_it_and_keeps_the_cpu_files_reusable(monkeypatch):
+    """``--device cuda``: the settings say so (a CPU file's settings, which lack the key, stay
+    reusable by CPU runs), and the table's footer names the GPU and where bnnzoo and JAX ran."""
+    bench = _bench_posteriors(monkeypatch)
+    args = bench.argparse.Namespace(members=2, chains=2, warmup=30, budget=8000, draws=40, mclmc_thin=2,
+                                    numpyro_chunk=10, numpyro_warmup=10, device="cpu")
+    assert "device" not in bench.settings(args)
+    args.device = "cuda"
+    assert bench.settings(args)["device"] == "cuda"
+    row = {"problem": "diabetes", "method": "bnnzoo mams", "seed": 0, "chains": 4, "draws": 10, "grad_members": 1,
+           "grad_total": 2, "wall_s": 1.0, "lppd": -1.0, "rmse": 0.7, "ece": 0.1, "coverage": 0.9, "w2": 0.1,
+           "tv": 0.1, "rhat_f_within": 1.0, "modes": 1, "note": ""}
+    payload = {"name": "posteriors_gpu", "settings": bench.settings(args), "notes": [],
+               "machine": {**bench.machine(), "gpu": "NVIDIA H200", "device": "cuda", "load": "1.00 1.00 1.00"},
+               "mile_versions": {"jax_device": "cuda:0"}}
+    text = bench.report([row], payload)
+    assert "Measured" in text and "on NVIDIA H200 (" in text and "bnnzoo on cuda, JAX on cuda:0" in text
+    assert "shared with other work" not in text and "| bnnzoo mams | -1 | 0.7 |" in text
