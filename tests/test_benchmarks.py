@@ -358,3 +358,23 @@ def test_bench_posteriors_on_a_gpu_names_it_and_keeps_the_cpu_files_reusable(mon
     text = bench.report([row], payload)
     assert "Measured" in text and "on NVIDIA H200 (" in text and "bnnzoo on cuda, JAX on cuda:0" in text
     assert "shared with other work" not in text and "| bnnzoo mams | -1 | 0.7 |" in text
+
+
+def test_bench_drift_smoke(monkeypatch, tmp_path):
+    """``bench_drift --smoke``: a tiny digits network, mams from its members at one budget; the row
+    holds the weights' scale at the members and at the first and last draw, lp at both, the
+    within-member R-hat, and is written to disk."""
+    import math
+
+    import numpy as np
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    bench = importlib.import_module("bench_drift")
+    (row,) = bench.main(["--smoke", "--out", str(tmp_path)])
+    assert row["method"] == "bnnzoo mams" and row["budget"] == 12000 and row["grad_total"] <= 12000
+    assert row["draws"] > 0 and row["rms_member"] > 0 and row["rms_first"] > 0 and row["rms_last"] > 0
+    assert all(math.isfinite(row[k]) for k in ("lppd", "lp_first", "lp_last", "rhat_f_within", "rhat_lp_within"))
+    assert "| bnnzoo mams | 12000 |" in (tmp_path / "drift_digits4_smoke.md").read_text()
+    draws = np.random.default_rng(0).normal(size=(2, 3, 4, 5))
+    assert np.allclose(bench.weight_rms({"a": draws[..., :2], "b": draws[..., 2:]}),
+                       np.sqrt((draws ** 2).reshape(2, 3, -1).mean(-1)))
