@@ -164,6 +164,8 @@ def _verdicts(run) -> list[str]:
     if capped is not None:
         lines.append(f"**Cap hits**: {capped}")
     notes = getattr(run, "notes", None) or {}
+    if notes.get("trajectory_cap"):  # MAMS: the tuned L asks for trajectories past max_steps
+        lines.append(f"**Cap hits**: {run.engine}: {notes['trajectory_cap']}.")
     failed = notes.get("failed")
     if failed is not None:
         bad = [(c, at) for c, (f, at) in enumerate(zip(failed, notes.get("failed_at") or [None] * len(failed))) if f]

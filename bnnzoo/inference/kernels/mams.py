@@ -37,7 +37,7 @@ from .hmc import MAX_ENERGY_ERROR
 from .mclmc import Microcanonical, tracked_columns, warmup_phases
 
 __all__ = ["MAMS", "MAMSAdaptation", "MAMSInfo", "MAMSOptions", "MAMSParams", "MAMSSampler", "MAMSState",
-           "search_step_size", "trajectory_steps"]
+           "search_step_size", "trajectory_cap", "trajectory_steps"]
 
 Tensor = torch.Tensor
 #: mean integrator steps of a trajectory until warm-up has measured L
@@ -117,6 +117,23 @@ class MAMSSampler:
         return new, MAMSInfo(prob, ~finite | (error > MAX_ENERGY_ERROR), error, params.step_size, steps)
 
 
+def trajectory_cap(params: MAMSParams, max_steps: int, jitter: bool = True,
+                   measured_steps: float | None = None) -> str | None:
+    """In words, where the tuned L asks for trajectories longer than ``max_steps`` integrator steps
+    (their share cut at the cap: a jittered trajectory draws up to twice L / step size steps); None
+    where none is cut. ``measured_steps``: the length warm-up measured, in steps, before the cap."""
+    mean = params.L / params.step_size
+    share = (max(0.0, 1.0 - max_steps / (2.0 * mean)) if jitter else float(round(mean) > max_steps))
+    if share <= 0.0:
+        return None
+    words = (f"L = {params.L:.3g} is {mean:.0f} integrator steps of the step size {params.step_size:.3g}, so "
+             f"{share:.0%} of the trajectories are cut at max_steps={max_steps}")
+    if measured_steps is not None and measured_steps > max_steps:
+        words += f" (warm-up measured {measured_steps:.0f} steps and held L at the cap)"
+    return (words + "; an L this long can come from a warm-up whose chains were still drifting: look at lp "
+            "over the warm-up draws, raise max_steps or give L")
+
+
 def search_step_size(sampler: MAMSSampler, state: MAMSState, params: MAMSParams) -> float:
     """:func:`~bnnzoo.inference.adaptation.find_step_size` on the acceptance of one integrator step
     from ``state`` under ``params``'s preconditioner, starting at ``params.step_size``."""
@@ -168,6 +185,7 @@ class MAMSAdaptation:
         self.draws: list[Tensor] = []
         self.distance = 0.0
         self.measured = False
+        self.measured_steps: float | None = None
         if self.short:
             params = params._replace(L=FIRST_STEPS * params.step_size)
         return state, params
@@ -187,6 +205,7 @@ class MAMSAdaptation:
             self.distance += info.n_steps * params.step_size
         if self.short and t == second - 1 and len(self.draws) >= 8:
             length = decoherence_length(torch.stack(self.draws), self.distance / len(self.draws))
+            self.measured_steps = length / params.step_size  # before the cap, for the run's note
             params = params._replace(L=min(max(length, params.step_size), self.max_steps * params.step_size))
             self.measured, self.draws = True, []
             self.step_size.restart_average()
@@ -262,6 +281,17 @@ class MAMS(Microcanonical):
 
     Options = MAMSOptions
     stat_names = ("acceptance_rate", "diverging", "energy_error", "step_size", "n_steps", "L", "lp")
+
+    def notes(self) -> dict:
+        """Besides the base's, ``trajectory_cap`` (:func:`trajectory_cap`) where the tuned L asks for
+        trajectories longer than ``max_steps``."""
+        notes = super().notes()
+        if self.params is not None:
+            words = trajectory_cap(self.params, self.options.max_steps, self.options.jitter,
+                                   getattr(self.adaptation, "measured_steps", None))
+            if words is not None:
+                notes["trajectory_cap"] = words
+        return notes
 
     def build(self, theta: Tensor):
         dim = self.potential.dim
