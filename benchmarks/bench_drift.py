@@ -90,24 +90,10 @@ def mams_rows(spec, data, budget: int, args) -> tuple[dict, object]:
 
 
 def mile_row(result, budget: int, args) -> dict:
-    """MILE from ``result``'s members (:func:`bench_posteriors.mile_row`), its draws kept for this row."""
-    kept = {}
-    score = posteriors.score_row
-
-    def keep(run_, *rest, **options):
-        kept["run"] = run_
-        return score(run_, *rest, **options)
-
-    posteriors.score_row = keep
-    try:
-        settings = types.SimpleNamespace(budget=budget)
-        start = time.perf_counter()
-        row = posteriors.mile_row("digits", args.seed, settings, None, result)
-        wall = time.perf_counter() - start + float(sum(m.wall_time for m in result.members))
-    finally:
-        posteriors.score_row = score
-    return drift_row("blackjax mile", budget, kept["run"], wall, float(np.median(row["mile_step_size"])),
-                     float(np.median(row["mile_L"])))
+    """MILE from ``result``'s members (:func:`bench_posteriors.mile_run`)."""
+    mile, (_, step_size, L) = posteriors.mile_run("digits", args.seed, budget, result)
+    return drift_row("blackjax mile", budget, mile, mile.wall_time, float(np.median(np.asarray(step_size))),
+                     float(np.median(np.asarray(L))))
 
 
 def report(payload: dict) -> str:

@@ -431,18 +431,19 @@ def mile_logdensity(members_run):
     return (lambda params: -potential(params)), positions, names
 
 
-def mile_row(problem, seed, args, reference, members_run, settings: MileSettings = MILE):
+def mile_run(problem, seed, budget: int, members_run, settings: MileSettings = MILE):
     """BlackJAX's MCLMC with MILE's tuning and sampling (:class:`MileSettings`) from the members of
-    ``members_run`` (a bnnzoo run of the same seed), one chain a member, within the budget."""
+    ``members_run`` (a bnnzoo run of the same seed), one chain a member, within ``budget``: a Run of
+    its draws (its wall time the members' fits plus the chains) and ``(plan, step_size, L)``."""
     import jax
 
     task = members_run.model.task
     member_grads = int(members_run.grad_evals["members"])
     member_wall = float(sum(m.wall_time for m in members_run.members))
     members = len(members_run.members)
-    plan = mile_plan(args.budget, member_grads, members, settings)
+    plan = mile_plan(budget, member_grads, members, settings)
     if plan is None:
-        raise ValueError(f"blackjax mile on {problem}: the budget {args.budget} leaves too few steps "
+        raise ValueError(f"blackjax mile on {problem}: the budget {budget} leaves too few steps "
                          f"after the members' {member_grads} gradients")
     start = time.perf_counter()
     logdensity, positions, names = mile_logdensity(members_run)
@@ -457,12 +458,19 @@ def mile_row(problem, seed, args, reference, members_run, settings: MileSettings
                                  grad_evals={"members": member_grads, "warmup": members * (1 + 2 * tuned),
                                              "sampling": members * 2 * plan["sample"],
                                              "total": member_grads + plan["grads"]})
-    grads = {"members": member_grads, "total": member_grads + plan["grads"]}
+    return result, (plan, step_size, L)
+
+
+def mile_row(problem, seed, args, reference, members_run, settings: MileSettings = MILE):
+    """:func:`mile_run` at ``args.budget``, scored as a row."""
+    result, (plan, step_size, L) = mile_run(problem, seed, args.budget, members_run, settings)
+    members = len(members_run.members)
+    grads = {"members": result.grad_evals["members"], "total": result.grad_evals["total"]}
     note = (f"{members} bnnzoo members (MILE: 12, its own fits), 1 chain each; tuning {plan['phase1']}/"
             f"{plan['phase2']}/{plan['phase3']} steps, sampling {plan['sample']} thinned by {settings.thinning} "
             f"(MILE: 40000/5000/5000 and 10000, scaled to the budget); step size "
             f"{', '.join(f'{s:.3g}' for s in np.asarray(step_size))}; L {', '.join(f'{v:.3g}' for v in np.asarray(L))}")
-    row = score_row(result, reference, problem, "blackjax mile", seed, wall, grads, 1, note=note)
+    row = score_row(result, reference, problem, "blackjax mile", seed, result.wall_time, grads, 1, note=note)
     row.update(mile_step_size=[float(s) for s in np.asarray(step_size)], mile_L=[float(v) for v in np.asarray(L)],
                mile_plan={k: v for k, v in plan.items() if k != "grads"})
     return row

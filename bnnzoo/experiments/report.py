@@ -132,10 +132,13 @@ _CAPPED_ENGINES = {"nuts": "NUTS", "chees": "ChEES"}
 
 def cap_line(run) -> str | None:
     """One sentence when the run's trajectories stopped at the engine's cap (NUTS
-    ``max_tree_depth``, ChEES ``max_leapfrog_steps``); None when they never did or the engine
-    has no cap flag."""
+    ``max_tree_depth``, ChEES ``max_leapfrog_steps``; MAMS ``max_steps``, from its
+    ``trajectory_cap`` note); None when they never did or the engine has no cap."""
     caps = cap_hits(run)
-    if caps is None or caps["hits"] == 0:
+    if caps is None:  # no per-draw flag: MAMS says in a note where its tuned L passes max_steps
+        words = (getattr(run, "notes", None) or {}).get("trajectory_cap")
+        return f"{run.engine}: {words}." if words else None
+    if caps["hits"] == 0:
         return None
     engine = _CAPPED_ENGINES.get(str(run.engine), str(run.engine))
     option, cap = caps["option"], caps["cap"]
@@ -164,8 +167,6 @@ def _verdicts(run) -> list[str]:
     if capped is not None:
         lines.append(f"**Cap hits**: {capped}")
     notes = getattr(run, "notes", None) or {}
-    if notes.get("trajectory_cap"):  # MAMS: the tuned L asks for trajectories past max_steps
-        lines.append(f"**Cap hits**: {run.engine}: {notes['trajectory_cap']}.")
     failed = notes.get("failed")
     if failed is not None:
         bad = [(c, at) for c, (f, at) in enumerate(zip(failed, notes.get("failed_at") or [None] * len(failed))) if f]
