@@ -41,7 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_posteriors as posteriors  # noqa: E402  (sets JAX's threads before JAX is imported)
-from common import RESULTS, machine, markdown_table, write_results  # noqa: E402
+from common import RESULTS, add_device_argument, machine, markdown_table, write_results  # noqa: E402
 
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.diagnostics.members import member_mixing  # noqa: E402
@@ -121,7 +121,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--members", type=int, default=4)
     parser.add_argument("--chains", type=int, default=2, help="chains per member (mams)")
     parser.add_argument("--warmup", type=int, default=300)
-    parser.add_argument("--device", default="cpu")
+    add_device_argument(parser)
     parser.add_argument("--smoke", action="store_true", help="a tiny network and budget, mams only (for tests)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default=None)

@@ -79,7 +79,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PROBLEMS, RESULTS, machine, markdown_table  # noqa: E402
+from common import PROBLEMS, RESULTS, add_device_argument, machine, markdown_table  # noqa: E402
 
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.diagnostics.members import ensemble_run, member_mixing  # noqa: E402
@@ -102,8 +102,8 @@ def settings(args) -> dict:
     if getattr(args, "numpyro_budget", None) is not None:  # only where set, so that the rows written before it stay reusable
         out["numpyro_budget"] = args.numpyro_budget
     out["budget_counting"] = BUDGET_COUNTING
-    if getattr(args, "device", "cpu") != "cpu":  # only where set, so that the CPU files stay reusable
-        out["device"] = args.device
+    if str(getattr(args, "device", "cpu")) != "cpu":  # only where set, so that the CPU files stay reusable
+        out["device"] = str(args.device)
     return out
 
 
@@ -589,8 +589,7 @@ def main(argv=None) -> list[dict]:
                         help="run only these methods (the rows of the others already written are kept)")
     parser.add_argument("--smoke", action="store_true", help="tiny settings on wine, one seed (for tests)")
     parser.add_argument("--retable", action="store_true", help="rewrite the markdown from the JSON, run nothing")
-    parser.add_argument("--device", default="cpu", help="where bnnzoo runs (cuda: the members' fits and the "
-                        "chains on the GPU; JAX's rows on JAX's default device)")
+    add_device_argument(parser)  # bnnzoo's members and chains; JAX's rows run on JAX's default device
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default=None, help="results file name (default: posteriors, or posteriors_smoke)")
     args = parser.parse_args(argv)
