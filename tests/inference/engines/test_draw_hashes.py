@@ -4,9 +4,19 @@
 An engine whose draws change on purpose gets its hash rewritten, and the commit says why:
 ``python tests/inference/engines/test_draw_hashes.py --write`` (all engines) or
 ``... --write ENGINE ...``.
+
+Bits depend on the processor as well as on the code: the same wheel of torch runs other kernels
+(MKL's, torch's vectorized ones) on another vendor's or another instruction set's processor, and a
+chain's draws move with the last bit of a matrix product. So the hashes are stored per
+:func:`numerics` (the CPU's vendor and torch's CPU capability): the set written on an Intel
+processor with AVX-512 did not hold on an AMD one with AVX-512 (2026-11-28; every gradient-based
+full-batch engine differed, the SG-MCMC engines, random-walk Metropolis and batched NUTS at its
+defaults did not). A machine whose numerics have no stored set skips, naming them; ``--write`` on it
+adds its set.
 """
 
 import json
+import platform
 import sys
 from pathlib import Path
 
@@ -45,13 +55,31 @@ def draws_hash(name: str) -> str:
     return digest(run(**options, progress=False, threads=1), stats=True)
 
 
-def stored() -> dict:
-    return json.loads(STORE.read_text()) if STORE.exists() else {}
+def numerics() -> str:
+    """The processor as the draws' bits see it: its vendor (``/proc/cpuinfo``'s ``vendor_id``, else
+    the platform's processor string) and torch's CPU capability (``AVX512``, ``AVX2``, ...)."""
+    vendor = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                vendor = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{vendor} {torch.backends.cpu.get_cpu_capability()}"
+
+
+def stored(key: str | None = None) -> dict:
+    """The hashes stored for ``key`` (None: this machine's :func:`numerics`)."""
+    every = json.loads(STORE.read_text()) if STORE.exists() else {}
+    return every.get(numerics() if key is None else key, {})
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES) + sorted(VARIANTS))
 def test_draws_are_those_stored(engine):
     hashes = stored()
+    if not hashes:
+        pytest.skip(f"no hashes stored for this processor ({numerics()}): run this file with --write on it")
     assert engine in hashes, f"no stored hash for engine {engine!r}: run this file with --write {engine}"
     torch.set_num_threads(1)
     assert draws_hash(engine) == hashes[engine], (
@@ -65,6 +93,8 @@ if __name__ == "__main__":
     hashes = stored()
     for name in names:
         hashes[name] = draws_hash(name)
-        print(name, hashes[name])
+        print(numerics(), name, hashes[name])
     if "--write" in sys.argv:
-        STORE.write_text(json.dumps(dict(sorted(hashes.items())), indent=1) + "\n")
+        every = json.loads(STORE.read_text()) if STORE.exists() else {}
+        every[numerics()] = dict(sorted(hashes.items()))
+        STORE.write_text(json.dumps(dict(sorted(every.items())), indent=1) + "\n")
