@@ -21,7 +21,7 @@ measures the drift, not the mixing. This script runs ``bench_posteriors.py``'s m
 Every finished row is written to ``benchmarks/results/<name>.json`` and ``.md`` at once.
 
 Usage: ``python benchmarks/bench_drift.py [--hidden 32] [--budgets 60000 300000] [--methods mams mile]
-[--seed 0] [--device cpu] [--smoke] [--out DIR] [--name drift_digits32] [--retable]``; mams always
+[--seed 0] [--burn-in 0 0.3] [--device cpu] [--smoke] [--out DIR] [--name drift_digits32] [--retable]``; mams always
 runs (MILE starts from its members).
 """
 
@@ -76,16 +76,19 @@ def drift_row(method: str, budget: int, result, wall: float, step_size=None, L=N
             "grad_total": int(result.grad_evals.get("total", 0))}
 
 
-def mams_rows(spec, data, budget: int, args) -> tuple[dict, object]:
+def mams_rows(spec, data, budget: int, args, burn_in: float = 0.0) -> tuple[dict, object]:
+    """bnnzoo's ``mams`` from the ensemble, with MAMS's unadjusted ``burn_in`` share of warm-up (0: none)."""
     settings = types.SimpleNamespace(members=args.members, chains=args.chains, budget=budget, draws=None)
     start = time.perf_counter()
     result = run(spec, data, engine="mams", warm_start="ensemble", num_members=args.members,
                  chains_per_member=args.chains, num_samples=posteriors.draw_cap(settings), warmup_steps=args.warmup,
-                 seed=args.seed, progress=False, threads=1, budget=budget, device=args.device)
+                 seed=args.seed, progress=False, threads=1, budget=budget, device=args.device,
+                 **({"burn_in": burn_in} if burn_in else {}))
     wall = time.perf_counter() - start
     stats = result.sample_stats
-    row = drift_row("bnnzoo mams", budget, result, wall, *(float(np.median(stats[k])) for k in ("step_size", "L",
-                                                                                                   "n_steps")))
+    method = "bnnzoo mams" + (f", burn-in {burn_in:g}" if burn_in else "")
+    row = drift_row(method, budget, result, wall, *(float(np.median(stats[k])) for k in ("step_size", "L",
+                                                                                          "n_steps")))
     return row, result
 
 
@@ -121,6 +124,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--members", type=int, default=4)
     parser.add_argument("--chains", type=int, default=2, help="chains per member (mams)")
     parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--burn-in", type=float, nargs="+", default=[0.0],
+                        help="mams's burn_in option (its unadjusted share of warm-up); a mams row for each")
     add_device_argument(parser)
     parser.add_argument("--smoke", action="store_true", help="a tiny network and budget, mams only (for tests)")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -141,17 +146,19 @@ def main(argv=None) -> list[dict]:
     spec, data = zoo.digits_mlp(hidden=args.hidden), load("digits", seed=0)
     info = machine(args.device)
     payload = {"name": name, "machine": info, "settings": {k: getattr(args, k) for k in (
-        "hidden", "budgets", "methods", "seed", "members", "chains", "warmup", "device")}, "rows": []}
+        "hidden", "budgets", "methods", "seed", "members", "chains", "warmup", "burn_in", "device")}, "rows": []}
     rows = payload["rows"]
     for budget in args.budgets:
-        row, result = mams_rows(spec, data, budget, args)
-        for made in [row] + ([mile_row(result, budget, args)] if "mile" in args.methods else []):
-            rows.append(made)
-            payload["machine"]["load"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
-            write_results(name, payload, report(payload), out=args.out)
-            print(f"{made['method']} at {budget}: lppd {made['lppd']:.4f}, rms {made['rms_first']:.3f} -> "
-                  f"{made['rms_last']:.3f}, lp {made['lp_first']:.1f} -> {made['lp_last']:.1f}, "
-                  f"R-hat within {made['rhat_f_within']:.3f}, {made['wall_s']:.1f} s", flush=True)
+        for index, burn_in in enumerate(args.burn_in):
+            row, result = mams_rows(spec, data, budget, args, burn_in)
+            mile = "mile" in args.methods and index == len(args.burn_in) - 1  # once, from the same members
+            for made in [row] + ([mile_row(result, budget, args)] if mile else []):
+                rows.append(made)
+                payload["machine"]["load"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+                write_results(name, payload, report(payload), out=args.out)
+                print(f"{made['method']} at {budget}: lppd {made['lppd']:.4f}, rms {made['rms_first']:.3f} -> "
+                      f"{made['rms_last']:.3f}, lp {made['lp_first']:.1f} -> {made['lp_last']:.1f}, "
+                      f"R-hat within {made['rhat_f_within']:.3f}, {made['wall_s']:.1f} s", flush=True)
     return rows
 
 

@@ -128,6 +128,27 @@ def test_every_engine_resumes_bit_identically(tmp_path, engine, monkeypatch):
     _assert_same(run(**settings, checkpoint=tmp_path, resume=True, checkpoint_every=1), want, engine)
 
 
+@pytest.mark.parametrize("stop_after", [2, 5])
+def test_mams_stopped_within_its_burn_in_or_after_it_resumes_bit_identically(tmp_path, stop_after, monkeypatch):
+    """The burn-in's velocity and step-size tuner are warm-up state: a save within the burn-in (its
+    4 of the 8 warm-up steps) or after it resumes to the draws of the run never stopped."""
+    settings = {**resume_child.settings("mams"), "burn_in": 0.5}
+    want = run(**settings)
+    save, saves = Checkpoint.save, []
+
+    def stopping_save(self, state, **progress):
+        save(self, state, **progress)
+        saves.append(1)
+        if len(saves) == stop_after:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Checkpoint, "save", stopping_save)
+    with pytest.raises(KeyboardInterrupt):
+        run(**settings, checkpoint=tmp_path, checkpoint_every=1)
+    monkeypatch.setattr(Checkpoint, "save", save)
+    _assert_same(run(**settings, checkpoint=tmp_path, resume=True, checkpoint_every=1), want, "mams burn-in")
+
+
 # ----------------------------------------------------------------- in-process
 SMALL = dict(num_samples=4, warmup_steps=4, num_chains=2, seed=1)
 

@@ -27,14 +27,14 @@ from typing import NamedTuple
 
 import torch
 
-from ..adaptation import (ChainVariance, DualAveraging, acceptance_statistic, decoherence_length, find_step_size,
-                          within_chain_variance)
+from ..adaptation import (ChainVariance, DualAveraging, EnergyVarianceStepSize, acceptance_statistic,
+                          decoherence_length, find_step_size, within_chain_variance)
 from ..isokinetic import INTEGRATORS, Phase, integrate, unit_normal
-from ..options import choice, flag, fraction, integer, option, optional, positive
+from ..options import choice, flag, fraction, integer, interval, option, optional, positive
 from ..potential import placement
 from .base import BaseOptions, metropolis_accept
 from .hmc import MAX_ENERGY_ERROR
-from .mclmc import Microcanonical, tracked_columns, warmup_phases
+from .mclmc import MCLMCParams, MCLMCSampler, MCLMCState, Microcanonical, tracked_columns, warmup_phases
 
 __all__ = ["MAMS", "MAMSAdaptation", "MAMSInfo", "MAMSOptions", "MAMSParams", "MAMSSampler", "MAMSState",
            "search_step_size", "trajectory_cap", "trajectory_steps"]
@@ -145,8 +145,19 @@ def search_step_size(sampler: MAMSSampler, state: MAMSState, params: MAMSParams)
 
 
 class MAMSAdaptation:
-    r"""MAMS's warm-up, in three phases of the warm-up steps:
+    r"""MAMS's warm-up: an optional unadjusted burn-in, then three phases of the warm-up steps left.
 
+    0. (``burn_in``, a share of the warm-up steps; none by default) unadjusted MCLMC
+       (:class:`~bnnzoo.inference.kernels.mclmc.MCLMCSampler`): each warm-up step is
+       :data:`FIRST_STEPS` integrator steps with the velocity kept and partially refreshed over
+       :math:`L = \sqrt d` (so a chain keeps its direction for about :math:`\sqrt d / \epsilon`
+       steps instead of drawing a new one every trajectory), the step size tuned to
+       ``burn_in_energy_var`` (:class:`~bnnzoo.inference.adaptation.EnergyVarianceStepSize`), no
+       preconditioner. Its steps cost what the short trajectories of phase 1 cost. It carries chains
+       that start far from the typical set (a deep-ensemble member's fitted point) toward it
+       ballistically, where short adjusted trajectories move them diffusively (BlackJAX tunes
+       adjusted MCLMC after a run of unadjusted MCLMC, in that order). At its end the step size is
+       searched for afresh in MAMS's units and the phases below start;
     1. (30%) dual averaging of the step size toward ``target_accept`` with short trajectories
        (:data:`FIRST_STEPS` steps on average), the chains' own variances pooled over its second half
        (:func:`~bnnzoo.inference.adaptation.within_chain_variance`); at its end they become the
@@ -167,9 +178,11 @@ class MAMSAdaptation:
     """
 
     def __init__(self, dim: int, target_accept: float, max_steps: int, L: float | None = None,
-                 adapt_step_size: bool = True, adapt_L: bool = True, precondition: bool = True, gamma: float = 0.05):
+                 adapt_step_size: bool = True, adapt_L: bool = True, precondition: bool = True, gamma: float = 0.05,
+                 burn_in: float = 0.0, burn_in_energy_var: float = 0.1):
         self.dim, self.target_accept, self.max_steps, self.given_L = int(dim), float(target_accept), int(max_steps), L
         self.adapt_step_size, self.adapt_L, self.precondition, self.gamma = adapt_step_size, adapt_L, precondition, gamma
+        self.burn_in, self.burn_in_energy_var = float(burn_in), float(burn_in_energy_var)
 
     @property
     def short(self) -> bool:
@@ -178,8 +191,12 @@ class MAMSAdaptation:
 
     def start(self, sampler: MAMSSampler, state: MAMSState, params: MAMSParams,
               num_steps: int) -> tuple[MAMSState, MAMSParams]:
-        self.ends = warmup_phases(num_steps, 0.3, 0.3, 0.4)
+        self.burn_end = int(round(self.burn_in * num_steps))
+        self.ends = warmup_phases(num_steps - self.burn_end, 0.3, 0.3, 0.4)
         self.step_size = DualAveraging(params.step_size, self.target_accept, gamma=self.gamma)
+        self.burn_tuner = EnergyVarianceStepSize(params.step_size, self.dim, self.burn_in_energy_var)
+        self.velocity: Tensor | None = None
+        self.burnt_scale = False  # whether the burn-in set the preconditioner
         self.variance = ChainVariance()
         self.columns = tracked_columns(self.dim, state.position.device)
         self.draws: list[Tensor] = []
@@ -190,24 +207,41 @@ class MAMSAdaptation:
             params = params._replace(L=FIRST_STEPS * params.step_size)
         return state, params
 
+    def transition(self, sampler: MAMSSampler, t: int, state: MAMSState,
+                   params: MAMSParams) -> tuple[MAMSState, MAMSInfo] | None:
+        """Warm-up step ``t`` of the burn-in (phase 0): :data:`FIRST_STEPS` unadjusted MCLMC steps from
+        ``state`` with the velocity the burn-in keeps; None after the burn-in (MAMS's own step).
+        ``acceptance_rate`` is the share of the chain's steps that were finite (an unadjusted step keeps
+        every finite point) and ``energy_error`` the root mean square of the steps' energy errors."""
+        if t >= self.burn_end:
+            return None
+        burn = MCLMCSampler(sampler.value_and_grad, sampler.integrator, FIRST_STEPS)
+        velocity = unit_normal(state.position) if self.velocity is None else self.velocity
+        moved, info = burn.step(MCLMCState(state.position, velocity, state.value, state.grad),
+                                MCLMCParams(params.step_size, math.sqrt(self.dim), params.scale))
+        self.velocity = moved.velocity
+        kept = (~info.diverging).to(state.value.dtype)
+        return (MAMSState(moved.position, moved.value, moved.grad),
+                MAMSInfo(kept, info.diverging, info.energy_error, params.step_size, info.n_steps))
+
     def update(self, sampler: MAMSSampler, t: int, state: MAMSState, info: MAMSInfo,
                params: MAMSParams) -> tuple[MAMSState, MAMSParams]:
+        if t < self.burn_end:
+            return state, self._burn_in_update(sampler, t, state, info, params)
+        t = t - self.burn_end
         first, second, last = self.ends
         if self.adapt_step_size:
             step_size = self.step_size.update(acceptance_statistic(info.acceptance_rate, ~info.diverging))
             params = params._replace(step_size=step_size)
-        if self.precondition and first // 2 <= t < first:
+        if self.precondition and not self.burnt_scale and first // 2 <= t < first:
             self.variance.update(state.position)
-        if t == first - 1:
+        if t == first - 1 and not self.burnt_scale:
             params = self._precondition(sampler, state, params)
         if self.short and (first + second) // 2 <= t < second:
             self.draws.append(state.position[:, self.columns] / params.scale[self.columns])
             self.distance += info.n_steps * params.step_size
         if self.short and t == second - 1 and len(self.draws) >= 8:
-            length = decoherence_length(torch.stack(self.draws), self.distance / len(self.draws))
-            self.measured_steps = length / params.step_size  # before the cap, for the run's note
-            params = params._replace(L=min(max(length, params.step_size), self.max_steps * params.step_size))
-            self.measured, self.draws = True, []
+            params = self._measure_L(params, torch.stack(self.draws), self.distance / len(self.draws))
             self.step_size.restart_average()
         if t == last - 1:
             params = self.finish(params)
@@ -215,9 +249,41 @@ class MAMSAdaptation:
             params = params._replace(L=FIRST_STEPS * params.step_size)
         return state, params
 
+    def _measure_L(self, params: MAMSParams, draws: Tensor, distance_per_draw: float) -> MAMSParams:
+        """L from the recorded ``draws`` (preconditioned units) and the distance each moved
+        (:func:`~bnnzoo.inference.adaptation.decoherence_length`), within one step and ``max_steps``."""
+        length = decoherence_length(draws, distance_per_draw)
+        self.measured_steps = length / params.step_size  # before the cap, for the run's note
+        self.measured, self.draws, self.distance = True, [], 0.0
+        return params._replace(L=min(max(length, params.step_size), self.max_steps * params.step_size))
+
+    def _burn_in_update(self, sampler: MAMSSampler, t: int, state: MAMSState, info: MAMSInfo,
+                        params: MAMSParams) -> MAMSParams:
+        """The burn-in's step size toward ``burn_in_energy_var``; at its last step the velocity is
+        dropped, the step size searched for in MAMS's units and dual averaging started from it."""
+        if self.adapt_step_size:
+            params = params._replace(step_size=self.burn_tuner.update(info.energy_error, ~info.diverging))
+        if self.burn_end // 2 <= t:
+            if self.precondition:
+                self.variance.update(state.position)
+            if self.short:
+                self.draws.append(state.position[:, self.columns])
+                self.distance += info.n_steps * params.step_size
+        if t == self.burn_end - 1:
+            self.velocity = None
+            self.burnt_scale = self.precondition and self.variance.n > 1
+            params = self._precondition(sampler, state, params)
+            if self.short and len(self.draws) >= 8:
+                params = self._measure_L(params, torch.stack(self.draws) / params.scale[self.columns],
+                                         self.distance / len(self.draws) / float(params.scale.square().mean().sqrt()))
+        if self.short:
+            params = params._replace(L=FIRST_STEPS * params.step_size)
+        return params
+
     def finish(self, params: MAMSParams) -> MAMSParams:
         """End warm-up after the step just made (the last of phase 3, or an earlier one where a
-        gradient budget ends warm-up): the step size freezes at dual averaging's averaged iterate;
+        gradient budget ends warm-up): the step size freezes at dual averaging's averaged iterate
+        (within the burn-in: the step size the first search found, as dual averaging has not started);
         an L not yet measured stays at :data:`FIRST_STEPS` steps."""
         if self.adapt_step_size:
             params = params._replace(step_size=self.step_size.final_step_size)
@@ -255,6 +321,12 @@ class MAMSOptions(BaseOptions):
     adapt_step_size: bool = option(True, "tune the step size by dual averaging during warm-up", flag)
     adapt_L: bool = option(True, "tune L from the warm-up draws' autocorrelation", flag)
     diagonal_preconditioning: bool = option(True, "scale each coordinate by its warm-up standard deviation", flag)
+    burn_in: float = option(0.0, "share of the warm-up steps run first as unadjusted MCLMC (the velocity kept "
+                            "over L = sqrt(d), 8 integrator steps a warm-up step): carries chains started far from "
+                            "the typical set, such as a deep-ensemble member's, there before MAMS's tuning; 0: none",
+                            interval(0.0, 1.0))
+    burn_in_energy_var: float = option(0.1, "the burn-in's target variance of the energy error per dimension "
+                                       "(larger: longer steps; the burn-in's draws are not kept)", positive)
 
 
 class MAMS(Microcanonical):
@@ -303,5 +375,6 @@ class MAMS(Microcanonical):
         if opts.step_size is None:
             start = start._replace(step_size=search_step_size(sampler, sampler.init(theta), start))
         adaptation = MAMSAdaptation(dim, opts.target_accept, opts.max_steps, opts.L, opts.adapt_step_size,
-                                    opts.adapt_L, opts.diagonal_preconditioning)
+                                    opts.adapt_L, opts.diagonal_preconditioning, burn_in=opts.burn_in,
+                                    burn_in_energy_var=opts.burn_in_energy_var)
         return sampler, adaptation, start

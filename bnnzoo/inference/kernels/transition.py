@@ -19,6 +19,9 @@ Warm-up is a separate component composed around the sampler (BlackJAX's
 returns the final parameters; the sampler is there to try a step, as a step-size search does),
 and ``finish(params) -> params``, which ends warm-up after the step just made (what ``update`` does
 at its last step; a gradient budget calls it earlier through :meth:`TransitionKernel.end_warmup`).
+An adaptation may also make some warm-up transitions itself, with another dynamics on the same
+state (MAMS's unadjusted burn-in): ``transition(sampler, t, state, params) -> (state, info)``, or
+None where the sampler's own step is to run.
 Its state is plain attributes (numbers, tensors), so a checkpoint stores it as it is.
 
 :class:`TransitionKernel` is the one adapter: a :class:`~bnnzoo.inference.kernels.base.FlatKernel`
@@ -148,7 +151,11 @@ class TransitionKernel(FlatKernel):
         return self.sampler.init(theta)
 
     def transition(self, theta: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        state, info = self.sampler.step(self._continue(theta), self.params)
+        state, stepped = self._continue(theta), None
+        own_step = getattr(self.adaptation, "transition", None) if self.in_warmup else None
+        if own_step is not None:
+            stepped = own_step(self.sampler, self._t, state, self.params)
+        state, info = stepped if stepped is not None else self.sampler.step(state, self.params)
         if self.in_warmup and self.adaptation is not None:
             state, self.params = self.adaptation.update(self.sampler, self._t, state, info, self.params)
         self.state = state

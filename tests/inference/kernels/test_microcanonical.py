@@ -14,7 +14,7 @@ from torch.distributions.transforms import identity_transform
 from bnnzoo.data import load
 from bnnzoo.inference import MAMS, MCLMC, FlatPotential, check_run, run
 from bnnzoo.inference.isokinetic import GRADIENTS_PER_STEP, INTEGRATORS, Phase, integrate, unit_normal, velocity_update
-from bnnzoo.inference.kernels.mams import trajectory_steps
+from bnnzoo.inference.kernels.mams import MAMSAdaptation, MAMSParams, MAMSSampler, search_step_size, trajectory_steps
 from bnnzoo.models import Bernoulli, BNNSpec, Dense, Gaussian, GaussianLikelihood, Laplace, zoo
 from tests.support.targets import (assert_gaussian, assert_moments, assert_moments_agree, gaussian_target,
                                    regression_draws, run_kernel)
@@ -93,6 +93,50 @@ def test_mams_correlated_gaussian():
     assert stats["diverging"].sum() == 0
     assert 0.7 < stats["acceptance_rate"].mean() < 0.99  # dual averaging toward 0.9
     assert np.all(stats["step_size"] == stats["step_size"][:, :1])  # frozen after warm-up
+
+
+def test_mams_with_an_unadjusted_burn_in_stays_exact():
+    kernel, draws = run_kernel(MAMS, gaussian_target(MEAN, COV), 8, 1000, 500, seed=1, burn_in=0.4)
+    assert kernel.adaptation.burn_end == 200 and kernel.adaptation.velocity is None
+    assert_gaussian(draws.samples["x"], MEAN, COV)
+    assert draws.sample_stats["diverging"].sum() == 0
+
+
+def burn_in_distance(burn_in: float, start: float, d: int = 100, steps: int = 50) -> float:
+    """E z^2 (1 in the typical set) of 8 chains started at ``start`` in every coordinate of
+    N(0, diag(sd^2)), sd from 0.03 to 10, after ``steps`` of MAMS's warm-up of 2 ``steps`` (so the
+    first ``burn_in * 2 steps`` are the burn-in)."""
+    sd = np.logspace(-1.5, 1, d)
+    potential = gaussian_target(np.zeros(d), np.diag(sd ** 2))
+    torch.manual_seed(3)
+    sampler = MAMSSampler(potential.value_and_grad)
+    state = sampler.init(torch.full((8, d), start, dtype=torch.get_default_dtype()))
+    params = MAMSParams(1.0, math.sqrt(d), torch.ones(d))
+    params = params._replace(step_size=search_step_size(sampler, state, params))
+    adaptation = MAMSAdaptation(d, 0.9, 1024, burn_in=burn_in)
+    state, params = adaptation.start(sampler, state, params, 2 * steps)
+    for t in range(steps):
+        stepped = adaptation.transition(sampler, t, state, params)
+        state, info = stepped if stepped is not None else sampler.step(state, params)
+        assert info.n_steps >= 1
+        state, params = adaptation.update(sampler, t, state, info, params)
+    return float(((state.position / torch.as_tensor(sd)) ** 2).mean())
+
+
+def test_the_burn_in_carries_chains_started_far_off_to_the_typical_set():
+    # from 20 in every coordinate (up to 600 sds out on the narrow ones), at the same number of
+    # integrator steps: short adjusted trajectories with a fresh velocity each are still far out,
+    # the burn-in's kept velocity has arrived
+    adjusted, burnt = burn_in_distance(0.0, 20.0), burn_in_distance(0.5, 20.0)
+    assert burnt < 3.0 < 30.0 < adjusted
+
+
+def test_mams_burn_in_is_counted_in_the_gradient_budget():
+    r = run("cosine_mlp", "cosine", engine="mams", num_samples=400, warmup_steps=100, num_chains=2, seed=0,
+            progress=False, burn_in=0.5, budget=20_000)
+    # 50 burn-in steps of 8 McLachlan steps (2 gradients each) on 2 chains, then MAMS's own
+    assert 50 * 8 * 2 * 2 < r.grad_evals["warmup"] and r.grad_evals["total"] <= 20_000
+    assert np.isfinite(r.sample_stats["lp"]).all()
 
 
 def laplace_grid_problem(n=8, scale=0.3, noise=1.0, seed=2):
@@ -197,6 +241,9 @@ def test_a_nan_potential_is_a_counted_divergence_and_the_chain_stays_finite(kern
     ("mclmc", {"desired_energy_var": -1e-3}, "desired_energy_var"),
     ("mams", {"target_accept": 1.5}, "target_accept"),
     ("mams", {"max_steps": 0}, "max_steps"),
+    ("mams", {"burn_in": 1.0}, "burn_in"),
+    ("mams", {"burn_in": -0.2}, "burn_in"),
+    ("mams", {"burn_in_energy_var": 0.0}, "burn_in_energy_var"),
 ])
 def test_bad_options_are_refused_naming_the_field(engine, options, field):
     with pytest.raises(ValueError, match=rf"engine '{engine}'.*{field}") as err:
