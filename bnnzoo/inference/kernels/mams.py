@@ -156,8 +156,12 @@ class MAMSAdaptation:
        preconditioner. Its steps cost what the short trajectories of phase 1 cost. It carries chains
        that start far from the typical set (a deep-ensemble member's fitted point) toward it
        ballistically, where short adjusted trajectories move them diffusively (BlackJAX tunes
-       adjusted MCLMC after a run of unadjusted MCLMC, in that order). At its end the step size is
-       searched for afresh in MAMS's units and the phases below start;
+       adjusted MCLMC after a run of unadjusted MCLMC, in that order). Over its second half the
+       chains' own variances are pooled and up to 1024 coordinates recorded; at its end they set the
+       preconditioner and :math:`L = 0.4\, \ell\, \overline{\tau}` (MCLMC's rule, :math:`\ell` the
+       distance a burn-in step moved in preconditioned units), the step size is searched for afresh in
+       MAMS's units, and the phases below start, less phase 1's preconditioner and phase 2's L where
+       the burn-in set them;
     1. (30%) dual averaging of the step size toward ``target_accept`` with short trajectories
        (:data:`FIRST_STEPS` steps on average), the chains' own variances pooled over its second half
        (:func:`~bnnzoo.inference.adaptation.within_chain_variance`); at its end they become the
