@@ -105,14 +105,10 @@ def test_killed_and_resumed_runs_give_the_uninterrupted_draws(tmp_path, families
                      engine)
 
 
-@pytest.mark.parametrize("engine", list(resume_child.ENGINES))
-def test_every_engine_resumes_bit_identically(tmp_path, engine, monkeypatch):
-    """Stopped right after a random save (as a kill after a checkpoint leaves it), then resumed."""
-    settings = resume_child.settings(engine)
+def _stopped_after_a_save_and_resumed(tmp_path, settings: dict, stop_after: int, monkeypatch, label: str) -> None:
+    """Run ``settings`` stopped right after save number ``stop_after`` (as a kill after a checkpoint
+    leaves it), resume it, and compare with the run never stopped."""
     want = run(**settings)
-    chains, per_chain = resume_child.iterations(engine)
-    total = chains * per_chain
-    stop_after = random.Random(engine).randint(1, total - 1)
     save, saves = Checkpoint.save, []
 
     def stopping_save(self, state, **progress):
@@ -125,7 +121,15 @@ def test_every_engine_resumes_bit_identically(tmp_path, engine, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run(**settings, checkpoint=tmp_path, checkpoint_every=1)
     monkeypatch.setattr(Checkpoint, "save", save)
-    _assert_same(run(**settings, checkpoint=tmp_path, resume=True, checkpoint_every=1), want, engine)
+    _assert_same(run(**settings, checkpoint=tmp_path, resume=True, checkpoint_every=1), want, label)
+
+
+@pytest.mark.parametrize("engine", list(resume_child.ENGINES))
+def test_every_engine_resumes_bit_identically(tmp_path, engine, monkeypatch):
+    """Stopped right after a random save, then resumed."""
+    chains, per_chain = resume_child.iterations(engine)
+    stop_after = random.Random(engine).randint(1, chains * per_chain - 1)
+    _stopped_after_a_save_and_resumed(tmp_path, resume_child.settings(engine), stop_after, monkeypatch, engine)
 
 
 @pytest.mark.parametrize("stop_after", [2, 5])
@@ -133,20 +137,7 @@ def test_mams_stopped_within_its_burn_in_or_after_it_resumes_bit_identically(tmp
     """The burn-in's velocity and step-size tuner are warm-up state: a save within the burn-in (its
     4 of the 8 warm-up steps) or after it resumes to the draws of the run never stopped."""
     settings = {**resume_child.settings("mams"), "burn_in": 0.5}
-    want = run(**settings)
-    save, saves = Checkpoint.save, []
-
-    def stopping_save(self, state, **progress):
-        save(self, state, **progress)
-        saves.append(1)
-        if len(saves) == stop_after:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(Checkpoint, "save", stopping_save)
-    with pytest.raises(KeyboardInterrupt):
-        run(**settings, checkpoint=tmp_path, checkpoint_every=1)
-    monkeypatch.setattr(Checkpoint, "save", save)
-    _assert_same(run(**settings, checkpoint=tmp_path, resume=True, checkpoint_every=1), want, "mams burn-in")
+    _stopped_after_a_save_and_resumed(tmp_path, settings, stop_after, monkeypatch, "mams burn-in")
 
 
 # ----------------------------------------------------------------- in-process
