@@ -207,9 +207,7 @@ class MAMSAdaptation:
         self.distance = 0.0
         self.measured = False
         self.measured_steps: float | None = None
-        if self.short:
-            params = params._replace(L=FIRST_STEPS * params.step_size)
-        return state, params
+        return state, self._hold_short(params)
 
     def transition(self, sampler: MAMSSampler, t: int, state: MAMSState,
                    params: MAMSParams) -> tuple[MAMSState, MAMSInfo] | None:
@@ -249,9 +247,7 @@ class MAMSAdaptation:
             self.step_size.restart_average()
         if t == last - 1:
             params = self.finish(params)
-        if self.short:
-            params = params._replace(L=FIRST_STEPS * params.step_size)
-        return state, params
+        return state, self._hold_short(params)
 
     def _measure_L(self, params: MAMSParams, draws: Tensor, distance_per_draw: float) -> MAMSParams:
         """L from the recorded ``draws`` (preconditioned units) and the distance each moved
@@ -280,9 +276,7 @@ class MAMSAdaptation:
             if self.short and len(self.draws) >= 8:
                 params = self._measure_L(params, torch.stack(self.draws) / params.scale[self.columns],
                                          self.distance / len(self.draws) / float(params.scale.square().mean().sqrt()))
-        if self.short:
-            params = params._replace(L=FIRST_STEPS * params.step_size)
-        return params
+        return self._hold_short(params)
 
     def finish(self, params: MAMSParams) -> MAMSParams:
         """End warm-up after the step just made (the last of phase 3, or an earlier one where a
@@ -291,9 +285,11 @@ class MAMSAdaptation:
         an L not yet measured stays at :data:`FIRST_STEPS` steps."""
         if self.adapt_step_size:
             params = params._replace(step_size=self.step_size.final_step_size)
-        if self.short:
-            params = params._replace(L=FIRST_STEPS * params.step_size)
-        return params
+        return self._hold_short(params)
+
+    def _hold_short(self, params: MAMSParams) -> MAMSParams:
+        """``params`` with L at :data:`FIRST_STEPS` steps while L is not yet measured."""
+        return params._replace(L=FIRST_STEPS * params.step_size) if self.short else params
 
     def _precondition(self, sampler: MAMSSampler, state: MAMSState, params: MAMSParams) -> MAMSParams:
         """The preconditioner from the chains' own variances (if any); the step size, whose units it

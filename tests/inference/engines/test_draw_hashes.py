@@ -69,10 +69,14 @@ def numerics() -> str:
     return f"{vendor} {torch.backends.cpu.get_cpu_capability()}"
 
 
+def every_stored() -> dict:
+    """The stored hashes of every processor, by :func:`numerics`."""
+    return json.loads(STORE.read_text()) if STORE.exists() else {}
+
+
 def stored(key: str | None = None) -> dict:
     """The hashes stored for ``key`` (None: this machine's :func:`numerics`)."""
-    every = json.loads(STORE.read_text()) if STORE.exists() else {}
-    return every.get(numerics() if key is None else key, {})
+    return every_stored().get(numerics() if key is None else key, {})
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES) + sorted(VARIANTS))
@@ -95,6 +99,6 @@ if __name__ == "__main__":
         hashes[name] = draws_hash(name)
         print(numerics(), name, hashes[name])
     if "--write" in sys.argv:
-        every = json.loads(STORE.read_text()) if STORE.exists() else {}
+        every = every_stored()
         every[numerics()] = dict(sorted(hashes.items()))
         STORE.write_text(json.dumps(dict(sorted(every.items())), indent=1) + "\n")
