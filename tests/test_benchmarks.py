@@ -378,3 +378,41 @@ def test_bench_drift_smoke(monkeypatch, tmp_path):
     draws = np.random.default_rng(0).normal(size=(2, 3, 4, 5))
     assert np.allclose(bench.weight_rms({"a": draws[..., :2], "b": draws[..., 2:]}),
                        np.sqrt((draws ** 2).reshape(2, 3, -1).mean(-1)))
+
+
+def test_bench_first_compile_names_each_compiler_call_on_a_fresh_machine(monkeypatch, tmp_path):
+    """``bench_first_compile``: each measuring process starts on its own empty caches and temporary
+    folder with the header setting asked for, the compiler reached through the timing wrapper; the
+    wrapper's log is read back by kind, and the rows and table are written."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ on the PATH")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    bench = importlib.import_module("bench_first_compile")
+    assert bench.kind("-E -P -o /t/header.i /t/header.hpp") == "header"
+    assert bench.kind("-x c++-header /c/x.h -o /c/x.h.gch") == "header"
+    assert bench.kind("/c/ab/cab.main.cpp -shared -o /c/ab/cab.main.so") == "kernel"
+    assert bench.kind("/c/ab/cab.cpp -shared -o /c/ab/cab.so -mavx512f") == "isa_check"
+    assert bench.kind("-v") == "other"
+    seen = []
+
+    def probe(command, tree, env):  # one compiler call through the wrapper, as inductor would make it
+        seen.append({k: env.get(k) for k in ("BNNZOO_CACHE", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR",
+                                              "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS")})
+        assert command[-4:] == ["cosine", "chees", "--threads", "1"] and os.path.isdir(env["TMPDIR"])
+        subprocess.run(["g++", "--version"], env=env, capture_output=True, check=True)
+        return [{"wall_s": 2.0, "compile_s": 1.0}]
+
+    monkeypatch.setattr(bench, "probe_json", probe)
+    payload = bench.main(["--rounds", "1", "--header", "off", "default", "--out", str(tmp_path), "--name", "fc"])
+    assert [(r["header"], r["phase"]) for r in payload["rows"]] == [
+        ("off", "cold"), ("off", "warm"), ("default", "cold"), ("default", "warm")]
+    assert all(r["compiler_calls"] == 1 and r["other_calls"] == 1 and r["compiler_s"] > 0 for r in payload["rows"])
+    assert [s["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"] for s in seen] == ["0", "0", None, None]
+    assert seen[0] == seen[1] and seen[0]["BNNZOO_CACHE"] != seen[2]["BNNZOO_CACHE"]  # warm reuses, a setting not
+    assert seen[0]["TMPDIR"].startswith(str(Path(seen[0]["BNNZOO_CACHE"]).parent))
+    table = (tmp_path / "fc.md").read_text()
+    assert "| off | cold | 1 | 2 | 1 |" in table and "| default | warm | 1 |" in table

@@ -1,0 +1,171 @@
+"""What a first run's compile spends its time on: the C++ compiler's calls, by kind, cold and warm.
+
+A default run that compiles (``compile="auto"`` on the cosine MLP) pays more on a fresh machine than
+later: inductor's one-time set-up and the kernels' first build. This script runs bench_suite's
+measurement of bnnzoo's default engine (``bench_suite.py --probe MODEL chees``) in a fresh process
+on an empty folder that holds every cache (``$BNNZOO_CACHE``, ``$TORCHINDUCTOR_CACHE_DIR``, and
+``$TMPDIR``, where inductor keeps its precompiled C++ headers: a fresh machine), then in a second
+fresh process on what the first left (warm). The C++ compiler is reached through a wrapper named
+``g++`` at the front of ``$PATH`` that times each call and names what it built:
+
+* ``isa_check``: inductor's dry compile of a small program per vector instruction set (AVX-512,
+  AVX2 and their extensions), done before its first CPU kernel to choose the one to generate for;
+* ``header``: the precompiled C++ header (its preprocessing and its build);
+* ``kernel``: a compiled graph's C++ module;
+* ``other``: anything else (version queries).
+
+``--header on off default`` runs each setting of inductor's precompiled header
+(``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS`` 1 or 0; inductor's default is on; ``default``: the
+variable unset, as a user runs), the settings interleaved in each of ``--rounds`` rounds. Each row is written as soon as it is measured.
+
+Usage: ``python benchmarks/bench_first_compile.py [--model cosine] [--rounds 2] [--header on off default]
+[--note TEXT] [--out DIR] [--name first_compile]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import stat
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from common import RESULTS, machine, markdown_table, probe_json, write_results  # noqa: E402
+
+KINDS = ("isa_check", "header", "kernel", "other")
+
+WRAPPER = """#!/bin/sh
+# times one call of the C++ compiler and names the files it was given (bench_first_compile.py)
+start=$(date +%s.%N)
+{compiler} "$@"
+status=$?
+end=$(date +%s.%N)
+echo "$start $end $*" >> {log}
+exit $status
+"""
+
+
+def kind(arguments: str) -> str:
+    """What one compiler call built, from its arguments (module docstring)."""
+    words = arguments.split()
+    if any(w.endswith((".gch", ".pch")) for w in words) or any(w.endswith("header.i") for w in words):
+        return "header"
+    if any(w.endswith(".main.cpp") for w in words):
+        return "kernel"
+    if any(w.endswith(".cpp") for w in words):
+        return "isa_check"
+    return "other"
+
+
+def calls(log: Path) -> list[tuple[str, float]]:
+    """``(kind, seconds)`` of each call in the wrapper's log."""
+    if not log.exists():
+        return []
+    out = []
+    for line in log.read_text().splitlines():
+        start, end, arguments = line.split(" ", 2)
+        out.append((kind(arguments), float(end) - float(start)))
+    return out
+
+
+def measure(model: str, header: str, round_: int) -> list[dict]:
+    """The cold and the warm process of one setting (module docstring)."""
+    folder = Path(tempfile.mkdtemp(prefix="bnnzoo-first-compile-"))
+    shim, log = folder / "shim", folder / "compiler.log"
+    shim.mkdir()
+    compiler = shutil.which("g++")
+    if compiler is None:
+        raise SystemExit("bench_first_compile: no g++ on the PATH")
+    wrapper = shim / "g++"
+    wrapper.write_text(WRAPPER.format(compiler=compiler, log=log))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    env = dict(os.environ)
+    env.pop("CXX", None)
+    env.pop("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", None)  # "default": unset, as a user runs
+    env.update(BNNZOO_CACHE=str(folder / "cache"), TORCHINDUCTOR_CACHE_DIR=str(folder / "cache" / "inductor"),
+               TMPDIR=str(folder / "tmp"), PATH=f"{shim}{os.pathsep}{env['PATH']}",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")])))
+    if header != "default":
+        env["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"] = "1" if header == "on" else "0"
+    (folder / "tmp").mkdir()
+    command = [sys.executable, str(HERE / "bench_suite.py"), "--probe", model, "chees", "--threads", "1"]
+    rows = []
+    for phase in ("cold", "warm"):
+        seen = len(calls(log))
+        (run,) = probe_json(command, HERE.parent, env)
+        made = calls(log)[seen:]
+        row = {"model": model, "header": header, "round": round_, "phase": phase, "wall_s": run["wall_s"],
+               "compile_s": run.get("compile_s"), "compiler_calls": len(made),
+               "compiler_s": sum(s for _, s in made)}
+        for k in KINDS:
+            row[f"{k}_s"] = sum(s for c, s in made if c == k)
+            row[f"{k}_calls"] = sum(1 for c, _ in made if c == k)
+        rows.append(row)
+        print({k: row[k] for k in ("header", "round", "phase", "wall_s", "compile_s", "compiler_s")}, flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
+def report(payload: dict) -> str:
+    rows = payload["rows"]
+    columns = ["header", "phase", "rounds", "wall_s", "compile_s", "compiler_s", "isa_check_s", "isa_check_calls",
+               "header_s", "kernel_s", "kernel_calls"]
+    lines = []
+    for header in dict.fromkeys(r["header"] for r in rows):
+        for phase in ("cold", "warm"):
+            group = [r for r in rows if r["header"] == header and r["phase"] == phase]
+            if not group:
+                continue
+            line = {"header": header, "phase": phase, "rounds": len(group)}
+            for c in columns[3:]:
+                values = [r[c] for r in group if r.get(c) is not None]
+                line[c] = float(statistics.median(values)) if values else None
+            lines.append(line)
+    text = (f"Measured {payload['machine']['date']}: bnnzoo's default engine (ChEES, 8 chains, 1000 draws after "
+            f"500 warm-up steps, one thread) on {payload['settings']['model']}, in a fresh process on an empty "
+            "cache folder (cold), then a second fresh process on what it left (warm); medians over rounds. "
+            "compile_s: bnnzoo's time in compiling calls; compiler_s: the C++ compiler's calls, by kind "
+            "(isa_check: inductor's dry compiles per vector instruction set; header: the precompiled header; "
+            "kernel: the graphs' C++ modules). header: inductor's precompiled header on (inductor's default), off, "
+            "or default (the variable unset, as a user runs).")
+    text += "\n\n" + markdown_table(lines, columns)
+    return text + "".join(f"\n\nNote: {n}" for n in payload.get("notes", []))
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="cosine")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--header", nargs="+", choices=["on", "off", "default"],
+                        default=["on", "off"])
+    parser.add_argument("--note", help="a line for the results' notes (how this run was made)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--name", default="first_compile")
+    parser.add_argument("--retable", action="store_true", help="rewrite the markdown from the JSON")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # the measuring processes run one thread (--threads 1); this one waits
+    path = args.out / f"{args.name}.json"
+    if args.retable:
+        payload = json.loads(path.read_text())
+        payload["notes"] = payload.get("notes", []) + ([args.note] if args.note else [])
+        write_results(args.name, payload, report(payload), out=args.out)
+        return payload
+    payload = {"machine": machine(), "settings": {"model": args.model, "rounds": args.rounds, "header": args.header},
+               "load_start": os.getloadavg()[0], "notes": [args.note] if args.note else [], "rows": []}
+    for round_ in range(args.rounds):
+        for header in args.header if round_ % 2 == 0 else args.header[::-1]:
+            payload["rows"].extend(measure(args.model, header, round_))
+            write_results(args.name, payload, report(payload), out=args.out)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
