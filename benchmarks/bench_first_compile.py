@@ -38,7 +38,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import RESULTS, machine, markdown_table, probe_json, write_results  # noqa: E402
+from common import RESULTS, fresh_machine_env, machine, markdown_table, notes_text, probe_json, write_results  # noqa: E402
 
 KINDS = ("isa_check", "header", "kernel", "other")
 
@@ -87,15 +87,12 @@ def measure(model: str, header: str, round_: int) -> list[dict]:
     wrapper = shim / "g++"
     wrapper.write_text(WRAPPER.format(compiler=compiler, log=log))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
-    env = dict(os.environ)
+    env = fresh_machine_env(folder)
     env.pop("CXX", None)
     env.pop("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", None)  # "default": unset, as a user runs
-    env.update(BNNZOO_CACHE=str(folder / "cache"), TORCHINDUCTOR_CACHE_DIR=str(folder / "cache" / "inductor"),
-               TMPDIR=str(folder / "tmp"), PATH=f"{shim}{os.pathsep}{env['PATH']}",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")])))
+    env["PATH"] = f"{shim}{os.pathsep}{env['PATH']}"
     if header != "default":
         env["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"] = "1" if header == "on" else "0"
-    (folder / "tmp").mkdir()
     command = [sys.executable, str(HERE / "bench_suite.py"), "--probe", model, "chees", "--threads", "1"]
     rows = []
     for phase in ("cold", "warm"):
@@ -137,7 +134,7 @@ def report(payload: dict) -> str:
             "kernel: the graphs' C++ modules). header: inductor's precompiled header on (inductor's default), off, "
             "or default (the variable unset, as a user runs).")
     text += "\n\n" + markdown_table(lines, columns)
-    return text + "".join(f"\n\nNote: {n}" for n in payload.get("notes", []))
+    return text + notes_text(payload)
 
 
 def main(argv=None) -> dict:

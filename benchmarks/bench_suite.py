@@ -68,7 +68,7 @@ sys.path.insert(0, str(HERE))
 import bench_pyro_vectorized as pyro_bench  # noqa: E402
 import bench_sampling as bs  # noqa: E402
 from bench_learned_noise import problem as learned_noise_problem  # noqa: E402
-from common import RESULTS, machine, markdown_table, probe_json, write_results  # noqa: E402
+from common import RESULTS, fresh_machine_env, machine, markdown_table, notes_text, probe_json, write_results  # noqa: E402
 
 from bnnzoo.data.datasets import Dataset  # noqa: E402
 from bnnzoo.inference import ENGINES  # noqa: E402
@@ -195,8 +195,6 @@ GATE = ("A run passes the gate when its largest split R-hat (lp and f) is <= 1.1
         "latent coordinate), and ESS/s counts 0 for a run that fails the gate.")
 
 
-def notes(payload: dict) -> str:
-    return "".join(f"\n\nNote: {note}" for note in payload.get("notes", []))
 
 
 def table_report(payload: dict) -> str:
@@ -214,7 +212,7 @@ def table_report(payload: dict) -> str:
     skipped = payload.get("skipped") or {}
     if skipped:
         text += "\n\nNot run: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()) + "."
-    return text + notes(payload)
+    return text + notes_text(payload)
 
 
 def chains_report(payload: dict) -> str:
@@ -229,7 +227,7 @@ def chains_report(payload: dict) -> str:
                    f"nrhat_max: nested R-hat (4 superchains; Margossian et al. suggest < 1.01). compile_s: time in "
                    f"compiling calls, inside wall_s (the first run at each chain count compiles for its shapes); "
                    f"ess_per_s_less_compile: ESS per second of the rest of the run (where it compiled). {GATE}"
-                   + notes(payload))
+                   + notes_text(payload))
 
 
 def cold_report(payload: dict) -> str:
@@ -253,7 +251,7 @@ def cold_report(payload: dict) -> str:
     return text + ("\n\nFirst runs. bnnzoo: a fresh process with an empty compile record and inductor cache (cold), "
                    "then a second fresh process on the record and cache the first left (warm). NumPyro: its first "
                    "run in a fresh process, JIT included (cold), then a second run in that process (warm). "
-                   f"passing: the gate, cold/warm. {GATE}" + notes(payload))
+                   f"passing: the gate, cold/warm. {GATE}" + notes_text(payload))
 
 
 REPORTS = {"table": ("", table_report), "chains": ("_chains", chains_report), "cold": ("_cold", cold_report)}
@@ -300,12 +298,7 @@ def probe_command(args, model: str, engine: str, repeat: int) -> list[str]:
 
 def cold_pair(model: str, engine: str, args) -> list[dict]:
     """The cold and the warm run of ``engine`` on ``model`` (module docstring), seed 0."""
-    env = dict(os.environ)
-    env["BNNZOO_CACHE"] = tempfile.mkdtemp(prefix="bnnzoo-cold-")
-    env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(env["BNNZOO_CACHE"], "inductor")
-    env["TMPDIR"] = os.path.join(env["BNNZOO_CACHE"], "tmp")  # inductor's precompiled headers: none yet
-    os.makedirs(env["TMPDIR"])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    env = fresh_machine_env(Path(tempfile.mkdtemp(prefix="bnnzoo-cold-")))
     if engine == "numpyro":
         cold, warm = probe_json(probe_command(args, model, engine, 2), HERE.parent, env)
     else:

@@ -166,6 +166,26 @@ def paired_medians(old: list[float], new: list[float]) -> tuple[float, float, fl
     return statistics.median(old), statistics.median(new), statistics.median(n / o for o, n in zip(old, new))
 
 
+def fresh_machine_env(folder: Path) -> dict[str, str]:
+    """This process's environment for a measuring process that starts as on a fresh machine: every
+    cache under the empty ``folder`` (bnnzoo's compile record ``$BNNZOO_CACHE``, inductor's cache
+    ``$TORCHINDUCTOR_CACHE_DIR``, and ``$TMPDIR``, where inductor keeps its precompiled C++ headers),
+    and this checkout first on ``$PYTHONPATH``. A second process given the same environment finds
+    what the first left (warm)."""
+    folder = Path(folder)
+    (folder / "tmp").mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(BNNZOO_CACHE=str(folder / "cache"), TORCHINDUCTOR_CACHE_DIR=str(folder / "cache" / "inductor"),
+               TMPDIR=str(folder / "tmp"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")])))
+    return env
+
+
+def notes_text(payload: dict) -> str:
+    """A results file's notes (``payload["notes"]``) as the paragraphs ending its markdown."""
+    return "".join(f"\n\nNote: {note}" for note in payload.get("notes", []))
+
+
 def probe_json(command: list[str], tree: Path, env: dict[str, str]):
     """Run a measuring process in ``tree`` and return what it printed as JSON on its last line."""
     done = subprocess.run(command, cwd=tree, capture_output=True, text=True, env=env)
