@@ -6,7 +6,8 @@ priors the posterior's typical set lies much further out (most directions of a n
 are constrained by the prior alone), so a chain started at a member first drifts outward, its
 ``lp`` falling as it gains volume, and only then mixes. Until it arrives, its within-member R-hat
 measures the drift, not the mixing. This script runs ``bench_posteriors.py``'s methods (bnnzoo's
-``mams``, BlackJAX's MILE; the same members, the same settings) on the digits data with the
+``mams``, BlackJAX's MILE; the same members, the same settings), and bnnzoo's ``mclmc`` at its
+defaults and with MILE's recipe (:func:`bnnzoo.inference.recipes.mile`), on the digits data with the
 ``digits_mlp`` network of ``--hidden`` units at each ``--budgets`` value, and records per row:
 
 * ``rms_member``: the root mean square of the members' weights; ``rms_first`` / ``rms_last``: of
@@ -20,9 +21,9 @@ measures the drift, not the mixing. This script runs ``bench_posteriors.py``'s m
 
 Every finished row is written to ``benchmarks/results/<name>.json`` and ``.md`` at once.
 
-Usage: ``python benchmarks/bench_drift.py [--hidden 32] [--budgets 60000 300000] [--methods mams mile]
-[--seed 0] [--burn-in 0 0.3] [--device cpu] [--smoke] [--out DIR] [--name drift_digits32] [--retable]``; mams always
-runs (MILE starts from its members).
+Usage: ``python benchmarks/bench_drift.py [--hidden 32] [--budgets 60000 300000] [--methods mams mclmc mclmc-mile mile]
+[--seed 0] [--burn-in 0 0.3] [--device cpu] [--smoke] [--out DIR] [--name drift_digits32] [--retable]``: at each
+budget the bnnzoo methods asked for, in that order, then MILE from the first one's members.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from common import RESULTS, add_device_argument, machine, markdown_table, write_
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.diagnostics.members import member_mixing  # noqa: E402
 from bnnzoo.diagnostics.scorecard import scorecard  # noqa: E402
-from bnnzoo.inference import run  # noqa: E402
+from bnnzoo.inference import recipes, run  # noqa: E402
 from bnnzoo.models import zoo  # noqa: E402
 
 COLUMNS = ["method", "budget", "lppd", "accuracy", "draws", "rms_member", "rms_first", "rms_last", "lp_first",
@@ -92,6 +93,26 @@ def mams_rows(spec, data, budget: int, args, burn_in: float = 0.0) -> tuple[dict
     return row, result
 
 
+def mclmc_rows(spec, data, budget: int, args, recipe: bool = False) -> tuple[dict, object]:
+    """bnnzoo's ``mclmc`` from the ensemble: at its defaults (warm-up planned to half of what the members
+    leave), or MILE's recipe (:func:`bnnzoo.inference.recipes.mile`: no preconditioner, energy variance
+    0.1, thinning 10, tuning 5/6 of the budget); ``--chains`` chains a member either way."""
+    if recipe:
+        keywords = recipes.mile(budget, num_members=args.members, chains_per_member=args.chains)
+    else:
+        most = budget // (args.members * args.chains) + 1
+        keywords = dict(engine="mclmc", warm_start="ensemble", num_members=args.members,
+                        chains_per_member=args.chains, budget=budget, num_samples=most, warmup_steps=most,
+                        steps_per_draw=10)
+    start = time.perf_counter()
+    result = run(spec, data, **keywords, seed=args.seed, progress=False, threads=1, device=args.device)
+    wall = time.perf_counter() - start
+    stats = result.sample_stats
+    method = "bnnzoo mclmc" + (", MILE recipe" if recipe else "")
+    return drift_row(method, budget, result, wall, *(float(np.median(stats[k])) for k in ("step_size", "L",
+                                                                                          "n_steps"))), result
+
+
 def mile_row(result, budget: int, args) -> dict:
     """MILE from ``result``'s members (:func:`bench_posteriors.mile_run`)."""
     mile, (_, step_size, L) = posteriors.mile_run("digits", args.seed, budget, result)
@@ -103,13 +124,13 @@ def report(payload: dict) -> str:
     """The markdown table of ``payload`` (a results file's JSON) with its settings, notes and load."""
     s = payload["settings"]
     header = (f"`benchmarks/bench_drift.py`: digits, `digits_mlp(hidden={s['hidden']})` (N(0, 1) priors), seed "
-              f"{s['seed']}, {s['members']} members; bnnzoo mams with {s['chains']} chains a member, BlackJAX's MILE "
+              f"{s['seed']}, {s['members']} members; bnnzoo's rows with {s['chains']} chains a member, BlackJAX's MILE "
               f"with one (bench_posteriors.py's settings), from the same members. rms: root mean square of all "
               f"weights (members; first and last kept draw, median over chains; the prior's is 1); lp: log density "
               f"of the first and last kept draw (median over chains); rhat: within-member split R-hat, largest "
               f"over members and test outputs; ess: within-member bulk ESS, smallest (absent: not recorded "
-              f"then); step_size and L: mams's in its preconditioned units, MILE's in the "
-              f"weights' own (median over chains). One process, one torch thread; load average "
+              f"then); step_size and L: bnnzoo's in its preconditioned units (the weights' own where the row "
+              f"has no preconditioner: MILE's recipe), MILE's in the weights' own (median over chains). One process, one torch thread; load average "
               f"{payload['machine'].get('load', '?')} at the last row.\n\n")
     notes = "".join(f"\n- {n}" for n in payload.get("notes", []))
     return header + markdown_table(payload["rows"], COLUMNS) + ("\n" + notes if notes else "")
@@ -119,7 +140,9 @@ def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hidden", type=int, default=32, help="units of each of digits_mlp's two hidden layers")
     parser.add_argument("--budgets", type=int, nargs="+", default=[60_000, 300_000])
-    parser.add_argument("--methods", nargs="+", choices=["mams", "mile"], default=["mams", "mile"])
+    parser.add_argument("--methods", nargs="+", choices=["mams", "mclmc", "mclmc-mile", "mile"],
+                        default=["mams", "mile"], help="mclmc: bnnzoo's at its defaults (thinned 10); mclmc-mile: "
+                        "bnnzoo's mclmc with MILE's recipe; mile: BlackJAX's, from the first bnnzoo row's members")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--members", type=int, default=4)
     parser.add_argument("--chains", type=int, default=2, help="chains per member (mams)")
@@ -127,13 +150,14 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--burn-in", type=float, nargs="+", default=[0.0],
                         help="mams's burn_in option (its unadjusted share of warm-up); a mams row for each")
     add_device_argument(parser)
-    parser.add_argument("--smoke", action="store_true", help="a tiny network and budget, mams only (for tests)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a tiny network and budget, mams and MILE's recipe (for tests)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default=None)
     parser.add_argument("--retable", action="store_true", help="rewrite the markdown from the JSON, run nothing")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.hidden, args.budgets, args.methods, args.members, args.warmup = 4, [12000], ["mams"], 2, 20
+        args.hidden, args.budgets, args.methods, args.members, args.warmup = 4, [12000], ["mams", "mclmc-mile"], 2, 20
     name = args.name or (f"drift_digits{args.hidden}" + ("_smoke" if args.smoke else ""))
     if args.retable:
         payload = json.loads((args.out / f"{name}.json").read_text())
@@ -149,16 +173,26 @@ def main(argv=None) -> list[dict]:
         "hidden", "budgets", "methods", "seed", "members", "chains", "warmup", "burn_in", "device")}, "rows": []}
     rows = payload["rows"]
     for budget in args.budgets:
-        for index, burn_in in enumerate(args.burn_in):
-            row, result = mams_rows(spec, data, budget, args, burn_in)
-            mile = "mile" in args.methods and index == len(args.burn_in) - 1  # once, from the same members
-            for made in [row] + ([mile_row(result, budget, args)] if mile else []):
-                rows.append(made)
-                payload["machine"]["load"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
-                write_results(name, payload, report(payload), out=args.out)
-                print(f"{made['method']} at {budget}: lppd {made['lppd']:.4f}, rms {made['rms_first']:.3f} -> "
-                      f"{made['rms_last']:.3f}, lp {made['lp_first']:.1f} -> {made['lp_last']:.1f}, "
-                      f"R-hat within {made['rhat_f_within']:.3f}, {made['wall_s']:.1f} s", flush=True)
+        members = None
+        runs = [(lambda b=burn_in: mams_rows(spec, data, budget, args, b)) for burn_in in args.burn_in
+                if "mams" in args.methods]
+        runs += [(lambda r=(m == "mclmc-mile"): mclmc_rows(spec, data, budget, args, r)) for m in
+                 ("mclmc", "mclmc-mile") if m in args.methods]
+        if not runs:
+            raise SystemExit("bench_drift: --methods needs a bnnzoo method (mams, mclmc, mclmc-mile): MILE "
+                             "starts from its members")
+        for one in runs + (["mile"] if "mile" in args.methods else []):
+            if one == "mile":  # from the same members as the bnnzoo rows
+                row = mile_row(members, budget, args)
+            else:
+                row, result = one()
+                members = members or result
+            rows.append(row)
+            payload["machine"]["load"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+            write_results(name, payload, report(payload), out=args.out)
+            print(f"{row['method']} at {budget}: lppd {row['lppd']:.4f}, rms {row['rms_first']:.3f} -> "
+                  f"{row['rms_last']:.3f}, lp {row['lp_first']:.1f} -> {row['lp_last']:.1f}, "
+                  f"R-hat within {row['rhat_f_within']:.3f}, {row['wall_s']:.1f} s", flush=True)
     return rows
 
 

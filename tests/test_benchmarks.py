@@ -361,16 +361,18 @@ def test_bench_posteriors_on_a_gpu_names_it_and_keeps_the_cpu_files_reusable(mon
 
 
 def test_bench_drift_smoke(monkeypatch, tmp_path):
-    """``bench_drift --smoke``: a tiny digits network, mams from its members at one budget; the row
-    holds the weights' scale at the members and at the first and last draw, lp at both, the
-    within-member R-hat, and is written to disk."""
+    """``bench_drift --smoke``: a tiny digits network, mams and MILE's recipe from its members at one
+    budget; a row holds the weights' scale at the members and at the first and last draw, lp at both,
+    the within-member R-hat, and is written to disk."""
     import math
 
     import numpy as np
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
     bench = importlib.import_module("bench_drift")
-    (row,) = bench.main(["--smoke", "--out", str(tmp_path)])
+    row, recipe = bench.main(["--smoke", "--out", str(tmp_path)])
+    assert recipe["method"] == "bnnzoo mclmc, MILE recipe" and recipe["grad_total"] <= 12000
+    assert recipe["n_steps"] == 10 and recipe["draws"] > 0
     assert row["method"] == "bnnzoo mams" and row["budget"] == 12000 and row["grad_total"] <= 12000
     assert row["draws"] > 0 and row["rms_member"] > 0 and row["rms_first"] > 0 and row["rms_last"] > 0
     assert all(math.isfinite(row[k]) for k in ("lppd", "lp_first", "lp_last", "rhat_f_within", "rhat_lp_within"))

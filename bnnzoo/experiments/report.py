@@ -242,6 +242,8 @@ def write_report(table: pd.DataFrame, runs: Mapping[str, object], out: str | Pat
 def _budget_words(note: dict) -> str:
     """``Run.notes["budget"]`` in words: the budget, where it ended warm-up, the draws it cut."""
     words = [f"budget {note['budget']}"]
+    if "warmup_planned" in note:
+        words.append(f"warm-up planned to the {note['warmup_planned']} iterations its share pays for")
     if "warmup_ended_at" in note:
         words.append(f"warm-up ended at its share after {note['warmup_ended_at']} iterations")
     cut = note["draws_dropped"] + note.get("draws_not_run", 0)

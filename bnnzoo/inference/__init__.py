@@ -6,7 +6,8 @@
 * :mod:`.kernels`: one ``MCMCKernel`` per algorithm, each with its options dataclass;
 * :mod:`.vi`: mean-field variational inference;
 * :mod:`.mcmc`: ``MCMC``, Pyro's driver with ``chain_method="vectorized"``;
-* :mod:`.engines`: the registry, the typed run configuration (``run_config``), ``run()`` and the drivers.
+* :mod:`.engines`: the registry, the typed run configuration (``run_config``), ``run()`` and the drivers;
+* :mod:`.recipes`: published pipelines as ``run()`` keywords (MILE).
 """
 
 from ..results import Draws, Run, split_mcmc
@@ -17,6 +18,7 @@ from .kernels import (
     HMC, MAMS, MCLMC, NUTS, SGHMC, SGHMCSA, SGLD, SGLDSA, BatchedNUTS, ChEESHMC, FixedStepHMC, FlatKernel, GroupSparseSGHMC, ProximalHMC,
     RandomWalkMH,
 )
+from . import recipes
 from .mcmc import MCMC
 from .potential import BNNPotential, FlatPotential, PyroPotential, make_potential
 from .tuning import TargetAccept, recommend_target_accept
@@ -30,5 +32,5 @@ __all__ = [
     "AdaBound", "AMSBound", "PyroAdaBound", "PyroAMSBound", "MeanFieldGuide", "VIFit", "VIOptions",
     "fit_mean_field", "kl_weights",
     "SGHMC", "SGHMCSA", "SGLD", "SGLDSA", "GroupSparseOptions", "GroupSparseSGHMC", "GroupSparseSGHMCOptimizer",
-    "TargetAccept", "recommend_target_accept",
+    "TargetAccept", "recommend_target_accept", "recipes",
 ]

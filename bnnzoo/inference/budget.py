@@ -35,6 +35,11 @@ adaptive engine's run never goes far past it:
 * sampling stops at the first draw whose cumulative count passes G, instead of running every
   ``num_samples`` draw and dropping those past G afterwards; the draws kept are the same.
 
+Where the transitions' cost is fixed although they are counted as they run (``mclmc``: its
+``steps_per_draw`` integrator steps), warm-up is planned, once the members are fitted, to the
+iterations its share pays for (:func:`plan_warmup`; ``warmup_planned`` in the note where that is
+fewer than ``warmup_steps``), so its adaptation runs every phase instead of being stopped in one.
+
 ``Run.notes["budget"]`` then says where warm-up ended (``warmup_ended_at``) and how many draws
 were not run (``draws_not_run``). Chains run one after another (``"sequential"``, ``"parallel"``)
 keep the after-the-fact cut alone.
@@ -46,7 +51,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BudgetMeter", "check_budget_engine", "draw_costs", "fixed_cost", "plan_samples", "stage_grad_evals", "truncate"]
+__all__ = ["BudgetMeter", "check_budget_engine", "draw_costs", "fixed_cost", "iteration_cost", "plan_samples",
+           "plan_warmup", "stage_grad_evals", "truncate"]
 
 
 def fixed_cost(engine, options: dict[str, Any]) -> tuple[float, float] | None:
@@ -61,6 +67,27 @@ def fixed_cost(engine, options: dict[str, Any]) -> tuple[float, float] | None:
         steps = float(defaults["num_steps"])
         return steps, steps
     return None
+
+
+def iteration_cost(engine, options: dict[str, Any]) -> float | None:
+    """Gradients of one chain's transition where the options fix it although the run is counted as
+    it runs (``mclmc``: ``steps_per_draw`` integrator steps of the integrator's gradients each), else
+    None."""
+    if engine.name != "mclmc":
+        return None
+    from .isokinetic import GRADIENTS_PER_STEP
+
+    defaults = {**engine.defaults(), **options}
+    return float(defaults["steps_per_draw"] * GRADIENTS_PER_STEP[defaults["integrator"]])
+
+
+def plan_warmup(budget: int, spent: int, warmup_steps: int, num_chains: int, share: float, cost: float) -> int:
+    """Warm-up iterations of a run whose transitions cost ``cost`` gradients a chain: ``warmup_steps``
+    at most, and at most what warm-up's ``share`` of the budget left after ``spent`` (the members')
+    pays for, so that the adaptation plans its phases on the iterations that will run instead of
+    being stopped within them by the budget; at least one where ``warmup_steps`` asks for any."""
+    pays = int(share * max(budget - spent, 0) // (num_chains * cost))
+    return min(int(warmup_steps), max(pays, 1 if warmup_steps else 0))
 
 
 def plan_samples(budget: int, members: int, warmup_steps: int, num_chains: int, num_samples: int,

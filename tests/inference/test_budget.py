@@ -125,3 +125,23 @@ def test_a_budgeted_run_stopped_and_resumed_gives_the_same_draws(tmp_path, monke
     assert got.notes["budget"] == want.notes["budget"]
     for site, draws in want.samples.items():
         np.testing.assert_array_equal(got.samples[site], draws, err_msg=site)
+
+
+def test_a_fixed_cost_warmup_is_planned_to_its_share_of_the_budget():
+    """mclmc's transitions cost steps_per_draw integrator steps: its warm-up is planned to the
+    iterations its share pays for (once the members are fitted), so its last phase (L from the
+    draws) runs instead of being stopped by the budget, and sampling gets the rest."""
+    budget, share, chains, cost = 30000, 0.75, 4, 3 * 2  # 3 steps a draw, 2 gradients a step
+    r = run(zoo.cosine_mlp(hidden=4), "cosine", engine="mclmc", warm_start="ensemble", num_members=2,
+            chains_per_member=2, budget=budget, warmup_budget=share, steps_per_draw=3, num_samples=10_000,
+            warmup_steps=10_000, seed=0, progress=False)
+    note, members = r.notes["budget"], r.grad_evals["members"]
+    planned = int(share * (budget - members) // (chains * cost))
+    assert note["warmup_planned"] == planned == r.warmup_sample_stats["n_steps"].shape[1]
+    assert "warmup_ended_at" not in note and r.grad_evals["warmup"] == planned * chains * cost
+    assert r.grad_evals["total"] <= budget < r.grad_evals["total"] + chains * cost
+    stats = r.warmup_sample_stats["L"][0]
+    assert stats[-1] != stats[-2]  # L set from the last phase's draws at warm-up's last iteration
+    from bnnzoo.experiments.report import _budget_words
+
+    assert f"warm-up planned to the {planned} iterations its share pays for" in _budget_words(note)

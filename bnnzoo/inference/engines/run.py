@@ -20,7 +20,7 @@ from ...models import BNN, zoo
 from ...models.defaults import default_dtype
 from ...models.spec import spec_from
 from ...results import Run
-from ..budget import BudgetMeter, fixed_cost, plan_samples, stage_grad_evals, truncate
+from ..budget import BudgetMeter, fixed_cost, iteration_cost, plan_samples, plan_warmup, stage_grad_evals, truncate
 from ..checkpoint import CHECKPOINT_SECONDS, STATE_LAYOUT, Checkpoint, fingerprint
 from ..ensemble import fit_members, initial_points, members_cost
 from ..potential import make_potential
@@ -208,7 +208,10 @@ def _run(config: RunConfig, model_or_spec, data, member_executor=None) -> Run:
     potential = make_potential(model, data.x_train, data.y_train) if plan.ensemble else None
     member_most = members_cost(potential, plan.num_members, plan.options) if plan.ensemble else 0
     if plan.budget is not None:  # before anything runs
-        planned = plan_samples(plan.budget, member_most, config.warmup_steps, config.num_chains, config.num_samples,
+        warmup, cost = config.warmup_steps, iteration_cost(config.spec, config.engine_options)
+        if cost is not None:  # the most: planned to its share once the members are fitted
+            warmup = plan_warmup(plan.budget, member_most, warmup, config.num_chains, plan.warmup_budget, cost)
+        planned = plan_samples(plan.budget, member_most, warmup, config.num_chains, config.num_samples,
                                fixed_cost(config.spec, config.engine_options))
         config = dataclasses.replace(config, num_samples=planned)
     options = config.record()
@@ -270,14 +273,19 @@ def _run_engine(config: RunConfig, model, data, host, cast, tuning, options, sto
             member_seconds = time.perf_counter() - start
             pyro.set_rng_seed(int(seed))  # the sampler's draws do not depend on the members' use of the RNG
         member_evals = sum(m.grad_evals for m in members) if members else 0
-        meter = None
+        meter, planned = None, {}
         if plan.budget is not None and fixed_cost(spec, config.engine_options) is None:
             meter = BudgetMeter(plan.budget, member_evals, plan.warmup_budget)  # adaptive costs: counted as they run
+            cost = iteration_cost(spec, config.engine_options)
+            warmup = config.warmup_steps if cost is None else plan_warmup(
+                plan.budget, member_evals, config.warmup_steps, num_chains, plan.warmup_budget, cost)
+            if warmup < config.warmup_steps:  # the adaptation's phases planned on what its share pays for
+                config, planned = dataclasses.replace(config, warmup_steps=warmup), {"warmup_planned": warmup}
         draws = spec.run(model, data.x_train, data.y_train, config, checkpoint=store, initial=initial, budget=meter)
         wall = time.perf_counter() - start
     if plan.budget is not None:
         spent = member_evals + stage_grad_evals(draws)["warmup"]
-        draws.notes["budget"] = {**truncate(draws, plan.budget, spent), **(meter.note() if meter else {})}
+        draws.notes["budget"] = {**truncate(draws, plan.budget, spent), **planned, **(meter.note() if meter else {})}
     if members is not None:
         draws.members, draws.chains_per_member = members, plan.chains_per_member
         draws.notes.update(num_members=plan.num_members, chains_per_member=plan.chains_per_member,
