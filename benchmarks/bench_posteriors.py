@@ -21,6 +21,10 @@ Methods, per problem and seed (the seed of the members, the chains and NumPyro's
   draw that passes G, which is dropped (``dropped`` in the rows: that draw's gradients, inside the
   wall time). ``num_samples`` is only a cap, G // C + 1 draws a chain (a draw costs at least one
   gradient a chain), or ``--draws``.
+* ``bnnzoo mile recipe``: bnnzoo's ``mclmc`` with MILE's settings, ``run(...,
+  **recipes.mile(G, K, M))``: no preconditioner, an energy-error variance of 0.1 per dimension, one
+  draw every 10 integration steps, tuning planned to 5/6 of what the members leave; M chains a
+  member like bnnzoo's other rows (MILE: one).
 * ``numpyro nuts``: NumPyro's NUTS (defaults: target 0.8, diagonal mass) on the same network, its
   C = K M chains (vectorized) started from the same members' points (chains 2..M of a member at its
   point plus N(0, 1e-3^2) noise, as bnnzoo's ``jitter``), ``--numpyro-warmup`` warm-up steps (100: its
@@ -84,10 +88,10 @@ from common import PROBLEMS, RESULTS, add_device_argument, machine, markdown_tab
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.diagnostics.members import ensemble_run, member_mixing  # noqa: E402
 from bnnzoo.diagnostics.scorecard import load_reference, scorecard, stored_references  # noqa: E402
-from bnnzoo.inference import run  # noqa: E402
+from bnnzoo.inference import recipes, run  # noqa: E402
 from bnnzoo.models import zoo  # noqa: E402
 
-BNNZOO_ENGINES = ("mclmc", "mams", "chees")
+BNNZOO_ENGINES = ("mclmc", "mams", "chees", "mile recipe")
 #: how bnnzoo's rows spend the budget: counted in the loop (warm-up ends at its share, sampling at the budget)
 BUDGET_COUNTING = "loop"
 #: the order of the methods in the tables
@@ -142,9 +146,16 @@ def score_row(result, reference, problem: str, method: str, seed: int, wall: flo
 def bnnzoo_run(problem, engine, seed, args, num_samples, budget=None, warmup=None):
     """An ensemble-started bnnzoo run on the seed-0 split of ``problem`` (the reference's); ``mclmc``
     thinned by ``mclmc_thin`` integration steps a draw, its warm-up as many integration steps as the
-    others' warm-up transitions (``warmup // mclmc_thin`` iterations)."""
+    others' warm-up transitions (``warmup // mclmc_thin`` iterations); ``mile recipe``: the keywords of
+    :func:`bnnzoo.inference.recipes.mile` at ``budget`` with M chains a member (without a budget, for
+    the members alone: ``mclmc``)."""
+    if engine == "mile recipe" and budget is not None:  # every count from the budget: recipes.mile
+        keywords = recipes.mile(budget, num_members=args.members, chains_per_member=args.chains)
+        return run(PROBLEMS[problem], load(problem, seed=0), **keywords, seed=seed, progress=False, threads=1,
+                   device=args.device)
     options, steps = {}, args.warmup
-    if engine == "mclmc":
+    if engine in ("mclmc", "mile recipe"):
+        engine = "mclmc"
         options, steps = {"steps_per_draw": args.mclmc_thin}, max(1, args.warmup // args.mclmc_thin)
     warmup = steps if warmup is None else warmup
     return run(PROBLEMS[problem], load(problem, seed=0), engine=engine, warm_start="ensemble",

@@ -115,12 +115,12 @@ def test_bench_posteriors_smoke_without_jax(monkeypatch, tmp_path):
     against the stored reference, at the smoke budget; the rows and the table written to disk."""
     bench = _bench_posteriors(monkeypatch)
     rows = bench.main(["--smoke", "--skip-numpyro", "--skip-blackjax", "--out", str(tmp_path)])
-    _check_posterior_rows(rows, ["bnnzoo mclmc", "bnnzoo mams", "bnnzoo chees", "ensemble"], 8000)
+    _check_posterior_rows(rows, ["bnnzoo mclmc", "bnnzoo mams", "bnnzoo chees", "bnnzoo mile recipe", "ensemble"], 8000)
     text = (tmp_path / "posteriors_smoke.md").read_text()
     assert "**wine** (wine_mlp)" in text and "NumPyro NUTS skipped (--skip-numpyro)" in text
     import json
 
-    assert len(json.loads((tmp_path / "posteriors_smoke.json").read_text())["rows"]) == 4
+    assert len(json.loads((tmp_path / "posteriors_smoke.json").read_text())["rows"]) == 5
 
 
 @pytest.mark.slow
@@ -129,7 +129,8 @@ def test_bench_posteriors_smoke_with_numpyro(monkeypatch, tmp_path):
     pytest.importorskip("numpyro")
     bench = _bench_posteriors(monkeypatch)
     rows = bench.main(["--smoke", "--skip-blackjax", "--out", str(tmp_path)])
-    _check_posterior_rows(rows, ["bnnzoo mclmc", "bnnzoo mams", "bnnzoo chees", "ensemble", "numpyro nuts"], 8000)
+    _check_posterior_rows(rows, ["bnnzoo mclmc", "bnnzoo mams", "bnnzoo chees", "bnnzoo mile recipe", "ensemble",
+                                 "numpyro nuts"], 8000)
 
 
 def test_bench_posteriors_methods_adds_rows_and_keeps_the_others(monkeypatch, tmp_path):
