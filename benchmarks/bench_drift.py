@@ -172,20 +172,19 @@ def main(argv=None) -> list[dict]:
     payload = {"name": name, "machine": info, "settings": {k: getattr(args, k) for k in (
         "hidden", "budgets", "methods", "seed", "members", "chains", "warmup", "burn_in", "device")}, "rows": []}
     rows = payload["rows"]
+    bnnzoo = [("mams", b) for b in args.burn_in if "mams" in args.methods]
+    bnnzoo += [(m, None) for m in ("mclmc", "mclmc-mile") if m in args.methods]
+    if not bnnzoo:
+        raise SystemExit("bench_drift: --methods needs a bnnzoo method (mams, mclmc, mclmc-mile): MILE "
+                         "starts from its members")
     for budget in args.budgets:
         members = None
-        runs = [(lambda b=burn_in: mams_rows(spec, data, budget, args, b)) for burn_in in args.burn_in
-                if "mams" in args.methods]
-        runs += [(lambda r=(m == "mclmc-mile"): mclmc_rows(spec, data, budget, args, r)) for m in
-                 ("mclmc", "mclmc-mile") if m in args.methods]
-        if not runs:
-            raise SystemExit("bench_drift: --methods needs a bnnzoo method (mams, mclmc, mclmc-mile): MILE "
-                             "starts from its members")
-        for one in runs + (["mile"] if "mile" in args.methods else []):
-            if one == "mile":  # from the same members as the bnnzoo rows
+        for method, burn_in in bnnzoo + ([("mile", None)] if "mile" in args.methods else []):
+            if method == "mile":  # from the same members as the bnnzoo rows
                 row = mile_row(members, budget, args)
             else:
-                row, result = one()
+                row, result = (mams_rows(spec, data, budget, args, burn_in) if method == "mams" else
+                               mclmc_rows(spec, data, budget, args, recipe=method == "mclmc-mile"))
                 members = members or result
             rows.append(row)
             payload["machine"]["load"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
