@@ -11,7 +11,11 @@ one intra-op thread:
 * ``fixed_hmc transition``: one transition of the fixed-step HMC kernel
   (20 leapfrog steps, the Metropolis test, statistics), per leapfrog step;
 * ``chees run``: ``run(engine="chees")`` with 8 chains, 100 + 100 iterations,
-  wall time per leapfrog step (the kernel's overhead included).
+  wall time per leapfrog step (the kernel's overhead included);
+* ``digits value_and_grad, C chains``: one eager value and gradient of the digits MLP (64-128-128-10,
+  relu, the 1437 training rows of ``load("digits", seed=0)``) for 4 and 8 chains, at a prior draw
+  scaled by 0.1 (logits of the size a fitted network's have; at the prior draw itself the softmax's
+  exponentials underflow into subnormal floats, which measures the processor's slow path instead).
 
 ``--compiled`` times the compiled path instead: one call of the ``torch.compile`` graph of one
 leapfrog step (``BNNPotential(compile=True).leapfrog_step``, which every version since the compile
@@ -93,10 +97,17 @@ warm = getattr(r, "warmup_sample_stats", None) or r.extras["warmup_sample_stats"
 steps = float(r.sample_stats["n_steps"][0].sum()) + float(warm["n_steps"][0].sum())
 out["chees run"] = wall / steps
 out["chees leapfrog steps"] = steps
+digits = load("digits", seed=0)
+digits_potential = BNNPotential(BNN(zoo.digits_mlp()), digits.x_train.to(DEVICE), digits.y_train.to(DEVICE))
+for chains in (4, 8):
+    pyro.set_rng_seed(0)
+    digits_theta = initial_theta(digits_potential, chains) * 0.1
+    out[f"digits value_and_grad, {chains} chains"] = per_call(lambda: digits_potential.value_and_grad(digits_theta), 10)
 print(json.dumps(out))
 """
 
-METRICS = ("value_and_grad", "leapfrog_step", "fixed_hmc transition", "chees run")
+METRICS = ("value_and_grad", "leapfrog_step", "fixed_hmc transition", "chees run",
+           "digits value_and_grad, 4 chains", "digits value_and_grad, 8 chains")
 
 # The compiled step: each tree's own inductor cache (a graph of the other tree's code is not reused).
 PROBE_COMPILED = r"""
@@ -176,7 +187,8 @@ def main(argv=None):
     payload = {"machine": machine(args.device), "against": rev, "rounds": args.rounds, "runs": runs, "rows": rows,
                "load_average": load,
                "settings": {"threads": "1 and 2" if args.compiled else 1,
-                            "chains": [8, 16, 32] if args.compiled else 8, "model": "cosine_mlp"}}
+                            "chains": [8, 16, 32] if args.compiled else 8,
+                            "model": "cosine_mlp" if args.compiled else "cosine_mlp; digits_mlp (4 and 8 chains)"}}
     write_results(args.name or ("hot_path_compiled" if args.compiled else "hot_path"), payload, table)
     print(table)
 

@@ -38,16 +38,23 @@ class Activation(NamedTuple):
     ``graph_backward``: the form a ``torch.compile`` graph traces (default ``backward``).
     ``in_place(z)``: ``forward`` allowed to overwrite its input (the analytic path's fresh
     pre-activation; no autograd there), op for op the same bits; None: ``forward``.
-    ``analytic``: the analytic gradient path serves it."""
+    ``analytic``: the analytic gradient path serves it. ``in_place_backward(g, h)``: ``backward``
+    allowed to overwrite ``g`` (the analytic path's fresh ``delta``), the same bits; None: ``backward``."""
 
     forward: Callable[[Tensor], Tensor]
     backward: Callable[[Tensor, Tensor], Tensor] | None = None
     graph_backward: Callable[[Tensor, Tensor], Tensor] | None = None
     in_place: Callable[[Tensor], Tensor] | None = None
     analytic: bool = True
+    in_place_backward: Callable[[Tensor, Tensor], Tensor] | None = None
 
 
-#: relu/leaky_relu's derivative uses ``h > 0`` (iff ``z > 0``, as autograd); softplus's
+#: relu/leaky_relu's derivative uses ``h > 0`` (iff ``z > 0``, as autograd); relu's in place is
+#: torch's ``threshold_backward`` writing into ``g``: one pass over two tensors, where ``g * (h > 0)``
+#: makes a bool mask, converts it to floats and multiplies into a new tensor (the digits MLP's eager
+#: gradient, 8 chains, took 0.67x as long; ``benchmarks/results/hot_path_relu_backward.md``). Both give
+#: ``g`` or a zero, bit for bit (``g * 0`` is ``-0.0`` for a negative ``g``, which no sum or product
+#: after it tells apart from ``0.0``); softplus's
 #: ``sigmoid(z) = 1 - exp(-h)``; leaky_relu has torch's default slope 0.01. tanh's eager
 #: derivative is ``g - (g h) h``: two tensor ops instead of three (a small network's step is
 #: bound by the number of ops it dispatches, not by arithmetic); its graph form ``g (1 - h^2)``
@@ -58,7 +65,8 @@ ACTIVATION_TABLE: dict[str | None, Activation] = {
                        graph_backward=lambda g, h: g * (1 - h * h),
                        in_place=lambda z: z.mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0)),
     "sigmoid": Activation(torch.sigmoid, lambda g, h: g * (h * (1 - h)), in_place=torch.sigmoid_),
-    "relu": Activation(F.relu, lambda g, h: g * (h > 0), in_place=torch.relu_),
+    "relu": Activation(F.relu, lambda g, h: g * (h > 0), in_place=torch.relu_,
+                       in_place_backward=lambda g, h: torch.ops.aten.threshold_backward.grad_input(g, h, 0, grad_input=g)),
     "leaky_relu": Activation(F.leaky_relu, lambda g, h: torch.where(h > 0, g, 0.01 * g)),
     "softplus": Activation(F.softplus, lambda g, h: g * -torch.expm1(-h)),
     "gelu": Activation(F.gelu, analytic=False),

@@ -51,6 +51,13 @@ def _activation(name):
     return row.in_place or row.forward
 
 
+def _eager_backward(name):
+    """The derivative of activation ``name`` on the analytic path: in place where it has an in-place
+    form (the path's ``delta`` is a fresh tensor of its own)."""
+    row = ACTIVATION_TABLE[name]
+    return row.in_place_backward or row.backward
+
+
 def _graph_backward(name):
     """The derivative of activation ``name`` as a ``torch.compile`` graph traces it."""
     row = ACTIVATION_TABLE[name]
@@ -198,7 +205,7 @@ class AnalyticMixin:
         self._own_params = analytic.num_params
         self._shapes = [self.shapes[n] for n in self.names]
         self._flat_shape_cache: dict[int, list[tuple[int, ...]]] = {}
-        self._layers = [(_activation(layer.activation), ACTIVATION_BACKWARD[layer.activation], layer.bias)
+        self._layers = [(_activation(layer.activation), _eager_backward(layer.activation), layer.bias)
                         for layer in spec.layers]
         self._graph_layers = [(ACTIVATION_FUNCTIONS[layer.activation], _graph_backward(layer.activation), layer.bias)
                               for layer in spec.layers]
