@@ -52,10 +52,10 @@ class Activation(NamedTuple):
 #: relu/leaky_relu's derivative uses ``h > 0`` (iff ``z > 0``, as autograd); relu's in place is
 #: torch's ``threshold_backward`` writing into ``g``: one pass over two tensors, where ``g * (h > 0)``
 #: makes a bool mask, converts it to floats and multiplies into a new tensor (the digits MLP's eager
-#: gradient, 8 chains, took 0.67x as long; ``benchmarks/results/hot_path_relu_backward.md``). Both give
-#: ``g`` or a zero, bit for bit (``g * 0`` is ``-0.0`` for a negative ``g``, which no sum or product
-#: after it tells apart from ``0.0``); softplus's
-#: ``sigmoid(z) = 1 - exp(-h)``; leaky_relu has torch's default slope 0.01. tanh's eager
+#: gradient took 0.67-0.71x as long at 4 and 8 chains, ``benchmarks/results/hot_path_relu_backward.md``).
+#: Both give ``g`` or a zero, bit for bit (``g * 0`` is ``-0.0`` for a negative ``g``, which no sum or
+#: product after it tells apart from ``0.0``). softplus's ``sigmoid(z) = 1 - exp(-h)``; leaky_relu
+#: has torch's default slope 0.01. tanh's eager
 #: derivative is ``g - (g h) h``: two tensor ops instead of three (a small network's step is
 #: bound by the number of ops it dispatches, not by arithmetic); its graph form ``g (1 - h^2)``
 #: is the one inductor fuses into its loops. tanh in place is ``2 sigmoid(2z) - 1`` as
