@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_posteriors as posteriors  # noqa: E402  (sets JAX's threads before JAX is imported)
-from common import RESULTS, add_device_argument, machine, markdown_table, write_results  # noqa: E402
+from common import RESULTS, add_device_argument, machine, markdown_table, one_core, write_results  # noqa: E402
 
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.diagnostics.members import member_mixing  # noqa: E402
@@ -130,7 +130,8 @@ def report(payload: dict) -> str:
               f"of the first and last kept draw (median over chains); rhat: within-member split R-hat, largest "
               f"over members and test outputs; ess: within-member bulk ESS, smallest (absent: not recorded "
               f"then); step_size and L: bnnzoo's in its preconditioned units (the weights' own where the row "
-              f"has no preconditioner: MILE's recipe), MILE's in the weights' own (median over chains). One process, one torch thread; load average "
+              f"has no preconditioner: MILE's recipe), MILE's in the weights' own (median over chains). One process, one torch thread, "
+              f"{payload['machine'].get('cores', 'all cores (not pinned: XLA may use them all)')}; load average "
               f"{payload['machine'].get('load', '?')} at the last row.\n\n")
     notes = "".join(f"\n- {n}" for n in payload.get("notes", []))
     return header + markdown_table(payload["rows"], COLUMNS) + ("\n" + notes if notes else "")
@@ -167,8 +168,15 @@ def main(argv=None) -> list[dict]:
         print("blackjax mile: skipped (blackjax not installed: the bench extra)", flush=True)
         args.methods = [m for m in args.methods if m != "mile"]
     torch.set_num_threads(1)
+    with one_core(not args.smoke) as cores:
+        return measure(args, name, cores)
+
+
+def measure(args, name: str, cores: str) -> list[dict]:
+    """The rows of :func:`main`'s run, each written as soon as it is measured."""
     spec, data = zoo.digits_mlp(hidden=args.hidden), load("digits", seed=0)
     info = machine(args.device)
+    info["cores"] = cores
     payload = {"name": name, "machine": info, "settings": {k: getattr(args, k) for k in (
         "hidden", "budgets", "methods", "seed", "members", "chains", "warmup", "burn_in", "device")}, "rows": []}
     rows = payload["rows"]

@@ -66,7 +66,8 @@ from __future__ import annotations
 
 import os
 
-# one thread for JAX too (set before JAX is imported), as for torch
+# one thread for JAX too (set before JAX is imported), as for torch; XLA's CPU client still runs large
+# products on every core, so main() also pins the process to one core (common.one_core)
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 import argparse  # noqa: E402
@@ -83,7 +84,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PROBLEMS, RESULTS, add_device_argument, machine, markdown_table  # noqa: E402
+from common import PROBLEMS, RESULTS, add_device_argument, machine, markdown_table, one_core  # noqa: E402
 
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.diagnostics.members import ensemble_run, member_mixing  # noqa: E402
@@ -563,8 +564,10 @@ def report(rows: list[dict], payload: dict) -> str:
                     f"Python {info['python']}, 1 torch thread. Per-seed rows: `{payload['name']}.json`.\n")
         return "".join(text)
     where = f"{info['cpus']} CPUs, shared with other work; load average {info['load']} at the last row"
+    cores = info.get("cores", "all cores: XLA's products may use every core whatever XLA_FLAGS says (not pinned)")
     text.append(f"\nMeasured {info['date']} on {info['processor']} ({where}), torch {info['torch']}, 1 torch "
-                f"thread and 1 XLA thread per run, nice 10. Per-seed rows: `{payload['name']}.json`.\n")
+                f"thread and XLA_FLAGS for 1 XLA thread per run, nice 10; {cores}. Per-seed rows: "
+                f"`{payload['name']}.json`.\n")
     return "".join(text)
 
 
@@ -614,6 +617,12 @@ def main(argv=None) -> list[dict]:
         (args.out / f"{name}.md").write_text(report(payload["rows"], payload))
         return payload["rows"]
     torch.set_num_threads(1)
+    with one_core(not args.smoke) as cores:
+        return measure(args, name, cores)
+
+
+def measure(args, name: str, cores: str) -> list[dict]:
+    """The rows of :func:`main`'s run, each written as soon as it is measured."""
     selected = set(args.methods or METHODS)
     notes = ["NumPyro's wall time includes the members' fits and JAX's compilation of its warm-up and sampling "
              "(a fresh MCMC per seed); bnnzoo's includes the members' fits."]
@@ -636,6 +645,7 @@ def main(argv=None) -> list[dict]:
                      "`agreement`, `tv` and `w2` are not scored there.")
     info = machine(args.device)
     info["threads"] = 1
+    info["cores"] = cores
     payload = {"name": name, "machine": info, "settings": settings(args), "notes": notes,
                "tasks": {p: zoo.get(PROBLEMS[p]).likelihood.task for p in args.problems}}
     old = args.out / f"{name}.json"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -164,6 +165,28 @@ def against_report(runs: dict, metrics, rev: str, unit: str, rounds: int, load_s
 def paired_medians(old: list[float], new: list[float]) -> tuple[float, float, float]:
     """The median of each tree's measurements and the median of the round-by-round ratios new/old."""
     return statistics.median(old), statistics.median(new), statistics.median(n / o for o, n in zip(old, new))
+
+
+@contextlib.contextmanager
+def one_core(enabled: bool = True):
+    """Run the block with this process on one core, the first it may use, and restore its cores after;
+    yields what was done, in words, for the results (``enabled`` False: nothing, for a smoke run).
+
+    XLA's CPU client runs a large matrix product on every core whatever ``XLA_FLAGS`` says: with
+    ``--xla_cpu_multi_thread_eigen=false`` a jitted product at the digits MLP's shapes used 1.85 cores'
+    time (jax 0.10, 2 cores). A comparison of torch on one thread with JAX is one core each only with
+    the process pinned. Threads and processes started inside the block (XLA's pool, the C++ compiler
+    inductor runs) inherit the core; enter it before JAX's first computation."""
+    if not enabled or not hasattr(os, "sched_setaffinity"):
+        yield "all cores (not pinned)"
+        return
+    cores = os.sched_getaffinity(0)
+    core = min(cores)
+    os.sched_setaffinity(0, {core})
+    try:
+        yield f"one core (the process pinned to core {core}, XLA's threads and the compilers with it)"
+    finally:
+        os.sched_setaffinity(0, cores)
 
 
 def fresh_machine_env(folder: Path) -> dict[str, str]:

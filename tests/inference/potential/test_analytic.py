@@ -13,6 +13,7 @@ from bnnzoo.inference.compiled_graphs import UNROLL, unroll_step_sizes
 from bnnzoo.inference.integrators import EnergyTracker, kinetic_energy, leapfrog
 from bnnzoo.inference.potential import BNNPotential, PyroPotential, make_potential
 from bnnzoo.models import BNN, BNNSpec, Dense
+from bnnzoo.models.activations import ACTIVATION_TABLE
 from tests.inference.potential.problems import cnn_problem, make_data, mlp_problem, random_points
 from tests.support.cases import LIKELIHOODS, PRIORS, needs_compiler
 
@@ -56,6 +57,29 @@ def test_analytic_gradient_equals_autograd(float64, activation, prior_name, lik_
     theta[0, :4] = 0.0  # the Laplace kink: both give sign(0) = 0
     assert_analytic_matches_autograd(model, x, y, theta[0])  # one chain [D]
     assert_analytic_matches_autograd(model, x, y, theta)  # chains [C, D]
+
+
+@pytest.mark.parametrize("activation", [name for name, row in ACTIVATION_TABLE.items()
+                                        if row.in_place or row.in_place_backward])
+def test_in_place_forms_give_the_plain_forms_bits(activation):
+    """An activation's in-place forward and backward (what the eager analytic path runs) give the
+    plain forms' values bit for bit, and write into the tensor they are given."""
+    row = ACTIVATION_TABLE[activation]
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(3, 40, 7, generator=g) * 3
+    z[0, 0, :3] = 0.0  # relu's kink
+    delta = torch.randn(3, 40, 7, generator=g)
+    h = row.forward(z)
+    if row.in_place:
+        fresh = z.clone()
+        out = row.in_place(fresh)
+        assert out.data_ptr() == fresh.data_ptr() and torch.equal(out, h)
+    if row.in_place_backward:
+        fresh = delta.clone()
+        out = row.in_place_backward(fresh, h)
+        expected = row.backward(delta, h)
+        assert out.data_ptr() == fresh.data_ptr()
+        assert torch.equal(out, expected)  # -0.0 and 0.0 compare equal: a zero's sign is the one difference
 
 
 @pytest.mark.parametrize("lik_name", ANALYTIC_LIKELIHOODS)
