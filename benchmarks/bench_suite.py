@@ -38,7 +38,9 @@ run stopped midway keeps its rows, and ``--resume`` skips the rows already there
 
 The main process starts bnnzoo's compile record and inductor cache empty as well (a fresh folder),
 so seed 0 of each model pays bnnzoo's compiling where ``compile="auto"`` compiles, as every NumPyro
-and BlackJAX run pays its JIT. One torch thread (``--threads``, passed to ``run``), one XLA thread.
+and BlackJAX run pays its JIT. One torch thread (``--threads``, passed to ``run``); ``XLA_FLAGS`` for one
+XLA thread, which does not hold XLA's large matrix products to one core (``common.one_core``; this
+script does not pin its processes).
 
 Usage: ``python benchmarks/bench_suite.py [--models ...] [--engines chees numpyro blackjax_chees
 blackjax_mams] [--seeds 3] [--draws 1000] [--warmup 500] [--parts table chains cold] [--smoke]
@@ -184,7 +186,8 @@ def header(payload: dict) -> str:
     load = f"{min(loads):.1f} to {max(loads):.1f}" if loads else "(no run)"
     seeds = sorted({r["seed"] for r in payload["rows"]})
     return (f"Measured {m['date']} on {m['processor']} ({m['cpus']} CPUs); torch threads {m['torch_threads']} "
-            f"(bnnzoo runs threads={s['threads']!r}), one XLA thread; 1-minute load average after each run "
+            f"(bnnzoo runs threads={s['threads']!r}), XLA_FLAGS for one XLA thread (not pinned to one core); "
+            f"1-minute load average after each run "
             f"{load} (at the start {payload.get('load_start', float('nan')):.1f}). {s['draws']} draws in total "
             f"per run after {s['warmup']} warm-up steps per chain; seeds measured: {seeds} (asked: "
             f"{s['seeds']}).")
