@@ -419,3 +419,22 @@ def test_bench_first_compile_names_each_compiler_call_on_a_fresh_machine(monkeyp
     assert seen[0]["TMPDIR"].startswith(str(Path(seen[0]["BNNZOO_CACHE"]).parent))
     table = (tmp_path / "fc.md").read_text()
     assert "| off | cold | 1 | 2 | 1 |" in table and "| default | warm | 1 |" in table
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no sched_setaffinity here")
+def test_one_core_pins_the_process_for_the_block_and_restores_its_cores(monkeypatch):
+    """``common.one_core``: one core inside the block (what the results then say), the process's cores
+    again after it, even when the block raises; disabled (a smoke run), nothing changes."""
+    import os
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    common = importlib.import_module("common")
+    before = os.sched_getaffinity(0)
+    with pytest.raises(RuntimeError):
+        with common.one_core() as cores:
+            assert os.sched_getaffinity(0) == {min(before)}
+            assert cores.startswith("one core") and f"core {min(before)}" in cores
+            raise RuntimeError("the block fails")
+    assert os.sched_getaffinity(0) == before
+    with common.one_core(False) as cores:
+        assert os.sched_getaffinity(0) == before and cores == "all cores (not pinned)"
