@@ -28,24 +28,24 @@ import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
-
-import torch  # noqa: E402
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, markdown_table, one_core, time_call, write_results  # noqa: E402
+from common import XLA_ONE_THREAD, machine, markdown_table, one_core, time_call, write_results  # noqa: E402
+
+os.environ.setdefault("XLA_FLAGS", XLA_ONE_THREAD)  # JAX is imported later, in jax_call
 
 CHAINS, ROWS = 8, 1437
 
 
 def shapes():
-    """``(name, a's shape, b's shape, bias or None)`` of each product."""
+    """``(name, a's shape, b's shape, bias or None, a stored transposed)`` of each product."""
     c, n = CHAINS, ROWS
-    return [("forward 64->128", (c, n, 64), (c, 64, 128), (c, 1, 128)),
-            ("forward 128->128", (c, n, 128), (c, 128, 128), (c, 1, 128)),
-            ("weight gradient 128x128", (c, 128, n), (c, n, 128), None),
-            ("propagation 128->128", (c, n, 128), (c, 128, 128), None),
-            ("one matrix 11496x128 @ 128x128", (c * n, 128), (128, 128), None)]
+    return [("forward 64->128", (c, n, 64), (c, 64, 128), (c, 1, 128), False),
+            ("forward 128->128", (c, n, 128), (c, 128, 128), (c, 1, 128), False),
+            ("weight gradient 128x128", (c, 128, n), (c, n, 128), None, True),
+            ("propagation 128->128", (c, n, 128), (c, 128, 128), None, False),
+            ("one matrix 11496x128 @ 128x128", (c * n, 128), (128, 128), None, False)]
 
 
 def flops(a, b) -> float:
@@ -54,9 +54,9 @@ def flops(a, b) -> float:
     return 2.0 * batch * a[-2] * a[-1] * b[-1]
 
 
-def torch_call(a_shape, b_shape, bias_shape):
+def torch_call(a_shape, b_shape, bias_shape, transposed):
     g = torch.Generator().manual_seed(0)
-    if len(a_shape) == 3 and a_shape[-1] == ROWS:  # delta^T: a transposed view, as the gradient has it
+    if transposed:  # delta^T: a transposed view of delta, as the gradient has it
         a = torch.randn(a_shape[0], a_shape[2], a_shape[1], generator=g).transpose(1, 2)
     else:
         a = torch.randn(a_shape, generator=g)
@@ -69,7 +69,7 @@ def torch_call(a_shape, b_shape, bias_shape):
     return lambda: torch.baddbmm(bias, a, b)
 
 
-def jax_call(a_shape, b_shape, bias_shape):
+def jax_call(a_shape, b_shape, bias_shape, transposed):  # XLA chooses its own layouts: transposed unused
     try:
         import jax
         import jax.numpy as jnp
@@ -97,10 +97,10 @@ def main(argv=None):
 def measure(cores: str, name: str) -> None:
     """Time each product in torch and XLA; write the results as ``name``."""
     rows = []
-    for product, a, b, bias in shapes():
+    for product, a, b, bias, transposed in shapes():
         row = {"product": product, "GFLOP": flops(a, b) / 1e9}
         for lib, make in (("torch", torch_call), ("xla", jax_call)):
-            call = make(a, b, bias)
+            call = make(a, b, bias, transposed)
             row[f"{lib}_ms"] = None if call is None else time_call(call, min_time=0.2, repeats=7) * 1e3
             row[f"{lib}_gflop_s"] = None if call is None else row["GFLOP"] / row[f"{lib}_ms"] * 1e3
         row["xla_over_torch"] = None if row["xla_ms"] is None else row["torch_ms"] / row["xla_ms"]

@@ -66,10 +66,6 @@ from __future__ import annotations
 
 import os
 
-# one thread for JAX too (set before JAX is imported), as for torch; XLA's CPU client still runs large
-# products on every core, so main() also pins the process to one core (common.one_core)
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
-
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import importlib.util  # noqa: E402
@@ -84,7 +80,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PROBLEMS, RESULTS, add_device_argument, machine, markdown_table, one_core  # noqa: E402
+from common import XLA_ONE_THREAD, PROBLEMS, RESULTS, add_device_argument, machine, markdown_table, one_core  # noqa: E402,E501
+
+# one thread for JAX too (set before JAX is imported, in the functions that use it), as for torch; XLA's
+# CPU client still runs large products on every core, so main() also pins the process to one core
+os.environ.setdefault("XLA_FLAGS", XLA_ONE_THREAD)
 
 from bnnzoo.data import load  # noqa: E402
 from bnnzoo.diagnostics.members import ensemble_run, member_mixing  # noqa: E402

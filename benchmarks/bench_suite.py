@@ -51,9 +51,6 @@ from __future__ import annotations
 
 import os
 
-# one thread for JAX too (set before JAX is imported), as for torch
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
-
 import argparse  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
@@ -67,6 +64,9 @@ import torch  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from common import XLA_ONE_THREAD  # noqa: E402
+
+os.environ.setdefault("XLA_FLAGS", XLA_ONE_THREAD)  # one thread for JAX too, before JAX is imported
 import bench_pyro_vectorized as pyro_bench  # noqa: E402
 import bench_sampling as bs  # noqa: E402
 from bench_learned_noise import problem as learned_noise_problem  # noqa: E402

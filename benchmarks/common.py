@@ -167,6 +167,11 @@ def paired_medians(old: list[float], new: list[float]) -> tuple[float, float, fl
     return statistics.median(old), statistics.median(new), statistics.median(n / o for o, n in zip(old, new))
 
 
+#: ``XLA_FLAGS`` asking XLA for one thread, as torch runs with one; set before JAX makes its CPU client.
+#: It does not hold XLA's large matrix products to one core: :func:`one_core` does
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
 @contextlib.contextmanager
 def one_core(enabled: bool = True):
     """Run the block with this process on one core, the first it may use, and restore its cores after;
