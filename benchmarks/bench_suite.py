@@ -265,6 +265,31 @@ def write(args, part: str, payload: dict) -> None:
     write_results(args.name + suffix, payload, report(payload), out=args.out)
 
 
+def part_of(payload: dict) -> str:
+    """The part that wrote ``payload``: its ``part`` key, or for files written before the key, what its
+    rows hold (a cold row has a ``phase``, a sweep row a ``sweep``)."""
+    if "part" in payload:
+        return payload["part"]
+    rows = payload.get("rows", [])
+    return "cold" if any("phase" in r for r in rows) else "chains" if any("sweep" in r for r in rows) else "table"
+
+
+def retable(args) -> list[Path]:
+    """Rewrite the markdown of each results file of ``--name`` and ``--parts`` from its JSON, with the
+    report of the part that wrote it: ``--name suite_cold`` finds the cold file as ``--name suite
+    --parts cold`` does. Returns the files rewritten."""
+    names = {args.name + REPORTS[part][0] for part in args.parts} | {args.name}
+    done = []
+    for name in sorted(names):
+        path = args.out / f"{name}.json"
+        if path.exists():
+            payload = json.loads(path.read_text())
+            payload["notes"] = payload.get("notes", []) + ([args.note] if args.note else [])
+            write_results(name, payload, REPORTS[part_of(payload)][1](payload), out=args.out)
+            done.append(path.with_suffix(".md"))
+    return done
+
+
 # ------------------------------------------------------------------ the parts
 def schedule(args, part: str) -> list[tuple]:
     """The runs of ``part`` in order: ``(key, thunk)`` with ``key`` naming the row for ``--resume``."""
@@ -321,7 +346,7 @@ def run_part(args, part: str) -> list[dict]:
     skipped = {**before.get("skipped", {}), **skipped}  # --resume with other models keeps the earlier reasons
     payload = {"machine": machine(), "settings": {k: (str(v) if isinstance(v, Path) else v)
                                                   for k, v in vars(args).items()},
-               "load_start": os.getloadavg()[0], "skipped": skipped, "notes": kept_notes, "rows": rows}
+               "load_start": os.getloadavg()[0], "skipped": skipped, "notes": kept_notes, "part": part, "rows": rows}
     done = {(r["model"], r["engine"], r["seed"], r.get("sweep") or (r.get("phase") and "cold")) for r in rows}
     for key, thunk in schedule(args, part):
         if key in done:
@@ -361,7 +386,8 @@ def parse(argv=None):
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="suite")
     parser.add_argument("--retable", action="store_true",
-                        help="rewrite the markdown of --parts from their JSON, run nothing")
+                        help="rewrite the markdown of --parts (and of the file named --name itself) from "
+                             "their JSON, each with the report of the part that wrote it; run nothing")
     parser.add_argument("--note", help="a line for the results' notes (how this run was made), kept by --resume")
     parser.add_argument("--probe", nargs=2, metavar=("MODEL", "ENGINE"), help=argparse.SUPPRESS)
     parser.add_argument("--probe-repeat", type=int, default=1, help=argparse.SUPPRESS)
@@ -383,13 +409,8 @@ def parse(argv=None):
 def main(argv=None) -> dict[str, list[dict]]:
     args = parse(argv)
     if args.retable:
-        for part in args.parts:
-            path = args.out / f"{args.name}{REPORTS[part][0]}.json"
-            if path.exists():
-                payload = json.loads(path.read_text())
-                payload["notes"] = payload.get("notes", []) + ([args.note] if args.note else [])
-                write(args, part, payload)
-                print(f"rewrote {path.with_suffix('.md')}")
+        for path in retable(args):
+            print(f"rewrote {path}")
         return {}
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")

@@ -313,7 +313,8 @@ def test_bench_posteriors_smoke_mile_row(monkeypatch, tmp_path):
 def test_bench_suite_smoke_without_jax(monkeypatch, tmp_path):
     """``bench_suite --smoke --skip-jax``: bnnzoo's default engine on a plain Pyro model and a BNN,
     then the chain sweep; every row scored and on disk with its gate, the skipped engines named with
-    their reason, and ``--retable`` rebuilds the same table from the JSON."""
+    their reason, and ``--retable`` rebuilds the same tables from the JSON, the sweep's also when named
+    by its own file."""
     import json
 
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -336,9 +337,14 @@ def test_bench_suite_smoke_without_jax(monkeypatch, tmp_path):
     assert all(r["nrhat_max"] > 0 for r in sweep)
     table = (tmp_path / "suite_smoke.md").read_text()
     assert "| eight_schools | bnnzoo chees, 8 chains |" in table and "digits MLP is not in the suite" in table
-    (tmp_path / "suite_smoke.md").unlink()
+    sweep_table = (tmp_path / "suite_smoke_chains.md").read_text()
+    assert "| diabetes |" in sweep_table and "nrhat" in sweep_table
+    for name in ("suite_smoke.md", "suite_smoke_chains.md"):
+        (tmp_path / name).unlink()
     bench.main(["--smoke", "--retable", "--out", str(tmp_path)])
     assert (tmp_path / "suite_smoke.md").read_text() == table
+    bench.main(["--smoke", "--retable", "--name", "suite_smoke_chains", "--out", str(tmp_path)])  # its own report
+    assert (tmp_path / "suite_smoke_chains.md").read_text() == sweep_table
 
 
 def test_bench_posteriors_on_a_gpu_names_it_and_keeps_the_cpu_files_reusable(monkeypatch):
