@@ -22,8 +22,8 @@ Methods, per problem and seed (the seed of the members, the chains and NumPyro's
   wall time). ``num_samples`` is only a cap, G // C + 1 draws a chain (a draw costs at least one
   gradient a chain), or ``--draws``.
 * ``bnnzoo mile recipe``: bnnzoo's ``mclmc`` with MILE's settings, ``run(...,
-  **recipes.mile(G, K, M))``: no preconditioner, an energy-error variance of 0.1 per dimension, one
-  draw every 10 integration steps, tuning planned to 5/6 of what the members leave; M chains a
+  **recipes.mile(G, K, M))``: no preconditioner, an energy-error variance per dimension from 0.5
+  down to 0.1, one draw every 10 integration steps, tuning planned to 5/6 of what the members leave; M chains a
   member like bnnzoo's other rows (MILE: one).
 * ``numpyro nuts``: NumPyro's NUTS (defaults: target 0.8, diagonal mass) on the same network, its
   C = K M chains (vectorized) started from the same members' points (chains 2..M of a member at its

@@ -25,7 +25,7 @@ MILE_TUNING_SHARE = 50_000 / 60_000
 
 
 def mile(budget: int, num_members: int = 12, chains_per_member: int = 1, desired_energy_var: float = 0.1,
-         steps_per_draw: int = 10) -> dict[str, Any]:
+         steps_per_draw: int = 10, start_energy_var: float | None = 0.5) -> dict[str, Any]:
     r"""``run()`` keywords for MILE's pipeline at a gradient ``budget`` (members, tuning and sampling).
 
     What MILE's public code runs, as bnnzoo's options (``docs/guide/posteriors.md``, "MILE's recipe"):
@@ -34,10 +34,12 @@ def mile(budget: int, num_members: int = 12, chains_per_member: int = 1, desired
       at each (MILE: 1); the members are bnnzoo's (``ensemble`` options: AdamW on minibatches, a
       validation split, early stopping), not MILE's learning rates;
     * ``engine="mclmc"`` with the minimal-norm integrator, no diagonal preconditioner, the step
-      size tuned to an energy-error variance of ``desired_energy_var`` per dimension (MILE decays
-      its target from 0.5 to 0.1 over tuning; bnnzoo's tuner holds the end value, 0.1), and L
-      from the effective sample size of the last tuning draws (from :math:`\sqrt d` until then;
-      MILE sets it from the chain's variances first);
+      size tuned to an energy-error variance per dimension that moves from ``start_energy_var``
+      (0.5) to ``desired_energy_var`` (0.1) over the first 60% of tuning (MILE: eight stairs over
+      its first 80%, and its last step-size phase at about 0.12; ``start_energy_var=None`` holds
+      0.1 throughout), and L from the
+      effective sample size of the last tuning draws (from :math:`\sqrt d` until then; MILE sets
+      it from the chain's variances first);
     * tuning takes :data:`MILE_TUNING_SHARE` (5/6) of what the members leave of the budget
       (``warmup_budget``); sampling the rest, one draw every ``steps_per_draw`` integration steps.
 
@@ -49,10 +51,13 @@ def mile(budget: int, num_members: int = 12, chains_per_member: int = 1, desired
     validation.integer("chains_per_member", chains_per_member, 1)
     validation.integer("steps_per_draw", steps_per_draw, 1)
     validation.positive("desired_energy_var", desired_energy_var)
+    if start_energy_var is not None:
+        validation.positive("start_energy_var", start_energy_var)
     per_draw = num_members * chains_per_member * steps_per_draw * GRADIENTS_PER_STEP["mclachlan"]
     most = budget // per_draw + 1
     return {"engine": "mclmc", "warm_start": "ensemble", "num_members": num_members,
             "chains_per_member": chains_per_member, "budget": budget, "warmup_budget": MILE_TUNING_SHARE,
             "num_samples": most, "warmup_steps": most, "integrator": "mclachlan",
-            "desired_energy_var": desired_energy_var, "diagonal_preconditioning": False,
+            "desired_energy_var": desired_energy_var, "start_energy_var": start_energy_var,
+            "diagonal_preconditioning": False,
             "steps_per_draw": steps_per_draw}

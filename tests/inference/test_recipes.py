@@ -19,11 +19,13 @@ def test_mile_runs_an_ensemble_started_mclmc_to_the_end_of_its_budget():
     assert spent["warmup"] == note["warmup_planned"] * per_iteration
     assert spent["total"] <= budget < spent["total"] + per_iteration
     assert r.options["diagonal_preconditioning"] is False and r.options["desired_energy_var"] == 0.1
+    assert r.options["start_energy_var"] == 0.5
     assert float(r.sample_stats["n_steps"].min()) == 10
 
 
 @pytest.mark.parametrize("field, value", [("budget", 0), ("num_members", 0), ("chains_per_member", 1.5),
-                                          ("steps_per_draw", 0), ("desired_energy_var", -0.1)])
+                                          ("steps_per_draw", 0), ("desired_energy_var", -0.1),
+                                          ("start_energy_var", 0.0)])
 def test_mile_refuses_bad_input_by_name(field, value):
     kwargs = {"budget": 10_000, field: value}
     with pytest.raises(ValueError, match=f"^{field} must be"):

@@ -123,7 +123,9 @@ class MCLMCAdaptation:
     r"""MCLMC's warm-up, in four phases of the warm-up steps (each a share of them):
 
     1. (30%) the step size toward ``desired_energy_var``
-       (:class:`~bnnzoo.inference.adaptation.EnergyVarianceStepSize`);
+       (:class:`~bnnzoo.inference.adaptation.EnergyVarianceStepSize`); with ``start_energy_var``
+       the target moves linearly from it to ``desired_energy_var`` over phases 1 and 2 (MILE's
+       schedule: a coarse step first, while the chains travel from their start);
     2. (30%) the same, while the chains' own variances are pooled
        (:func:`~bnnzoo.inference.adaptation.within_chain_variance`: the spread between chains in
        different modes left out); at its end their roots become the preconditioner's scales and
@@ -138,14 +140,23 @@ class MCLMCAdaptation:
     """
 
     def __init__(self, dim: int, desired_energy_var: float, adapt_step_size: bool = True, adapt_L: bool = True,
-                 precondition: bool = True):
+                 precondition: bool = True, start_energy_var: float | None = None):
         self.dim, self.desired_energy_var = int(dim), float(desired_energy_var)
         self.adapt_step_size, self.adapt_L, self.precondition = adapt_step_size, adapt_L, precondition
+        self.start_energy_var = None if start_energy_var is None else float(start_energy_var)
+
+    def energy_var_target(self, t: int) -> float:
+        """The step-size tuner's target at warm-up step ``t``: ``desired_energy_var``, or with
+        ``start_energy_var`` the straight line from it to ``desired_energy_var`` over phases 1 and 2."""
+        second = self.ends[1]
+        if self.start_energy_var is None or t >= second:
+            return self.desired_energy_var
+        return self.start_energy_var + (self.desired_energy_var - self.start_energy_var) * t / second
 
     def start(self, sampler: MCLMCSampler, state: MCLMCState, params: MCLMCParams,
               num_steps: int) -> tuple[MCLMCState, MCLMCParams]:
         self.ends = warmup_phases(num_steps, 0.3, 0.3, 0.15, 0.25)
-        self.tuner = EnergyVarianceStepSize(params.step_size, self.dim, self.desired_energy_var)
+        self.tuner = EnergyVarianceStepSize(params.step_size, self.dim, self.energy_var_target(0))
         self.variance = ChainVariance()
         self.columns = tracked_columns(self.dim, state.position.device)
         self.draws: list[Tensor] = []
@@ -155,6 +166,7 @@ class MCLMCAdaptation:
                params: MCLMCParams) -> tuple[MCLMCState, MCLMCParams]:
         first, second, third, _ = self.ends
         if self.adapt_step_size and t < third:
+            self.tuner.target = self.energy_var_target(t)
             params = params._replace(step_size=self.tuner.update(info.energy_error, ~info.diverging))
         if self.precondition and first <= t < second:
             self.variance.update(state.position)
@@ -201,6 +213,9 @@ class MCLMCOptions(BaseOptions):
                              optional(positive))
     desired_energy_var: float = option(5e-4, "target variance of the energy error per dimension; the step "
                                        "size is tuned to it (smaller: less bias, more steps)", positive)
+    start_energy_var: float | None = option(None, "warm-up's first target of the energy error's variance; the "
+                                            "target moves from it to desired_energy_var over the first 60% of "
+                                            "warm-up (None: desired_energy_var throughout)", optional(positive))
     adapt_step_size: bool = option(True, "tune the step size to desired_energy_var during warm-up", flag)
     adapt_L: bool = option(True, "tune L from the warm-up draws' effective sample size", flag)
     diagonal_preconditioning: bool = option(True, "scale each coordinate by its warm-up standard deviation", flag)
@@ -284,5 +299,5 @@ class MCLMC(Microcanonical):
                             opts.L if opts.L is not None else math.sqrt(dim),
                             torch.ones(dim, **placement(self.potential)))
         adaptation = MCLMCAdaptation(dim, opts.desired_energy_var, opts.adapt_step_size, opts.adapt_L,
-                                     opts.diagonal_preconditioning)
+                                     opts.diagonal_preconditioning, opts.start_energy_var)
         return sampler, adaptation, start

@@ -206,6 +206,25 @@ def test_mclmc_bias_shrinks_with_its_energy_variance_target():
     assert abs(1 - fine) < 5 * fine_se  # no bias left that the draws can see
 
 
+def test_a_start_energy_variance_target_moves_to_the_desired_one_over_phases_one_and_two():
+    """``start_energy_var`` (MILE's schedule): the tuner's target goes in a straight line from it to
+    ``desired_energy_var`` over warm-up's first 60%, then stays, and the step size tuned at the end is
+    the constant target's."""
+    kernels = {}
+    for start in (None, 0.5):
+        kernel, _ = run_kernel(MCLMC, gaussian_target(MEAN, COV), 8, 50, 200, seed=1, desired_energy_var=5e-4,
+                               start_energy_var=start)
+        kernels[start] = kernel
+    adaptation = kernels[0.5].adaptation
+    assert adaptation.ends[:2] == [60, 120]
+    assert adaptation.energy_var_target(0) == 0.5
+    assert adaptation.energy_var_target(60) == pytest.approx((0.5 + 5e-4) / 2)
+    assert adaptation.energy_var_target(120) == adaptation.energy_var_target(199) == 5e-4
+    assert kernels[None].adaptation.energy_var_target(0) == 5e-4
+    tuned = {start: kernel.params.step_size for start, kernel in kernels.items()}
+    assert tuned[0.5] == pytest.approx(tuned[None], rel=0.25)
+
+
 # ------------------------------------------------------------ faults and bad input
 class HalfNaN(FlatPotential):
     """A standard normal in two dimensions, NaN where x_0 > 1."""
@@ -239,6 +258,7 @@ def test_a_nan_potential_is_a_counted_divergence_and_the_chain_stays_finite(kern
     ("mams", {"L": -1.0}, "L"),
     ("mclmc", {"desired_energy_var": 0.0}, "desired_energy_var"),
     ("mclmc", {"desired_energy_var": -1e-3}, "desired_energy_var"),
+    ("mclmc", {"start_energy_var": 0.0}, "start_energy_var"),
     ("mams", {"target_accept": 1.5}, "target_accept"),
     ("mams", {"max_steps": 0}, "max_steps"),
     ("mams", {"burn_in": 1.0}, "burn_in"),
