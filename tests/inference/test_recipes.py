@@ -18,7 +18,7 @@ def test_mile_runs_an_ensemble_started_mclmc_to_the_end_of_its_budget():
     assert note["warmup_planned"] == int(5 / 6 * (budget - spent["members"]) // per_iteration)
     assert spent["warmup"] == note["warmup_planned"] * per_iteration
     assert spent["total"] <= budget < spent["total"] + per_iteration
-    assert r.options["diagonal_preconditioning"] is False and r.options["desired_energy_var"] == 0.1
+    assert r.options["diagonal_preconditioning"] is False and r.options["desired_energy_var"] == 0.15
     assert r.options["start_energy_var"] == 0.5
     assert float(r.sample_stats["n_steps"].min()) == 10
 
