@@ -96,7 +96,7 @@ def mams_rows(spec, data, budget: int, args, burn_in: float = 0.0) -> tuple[dict
 def mclmc_rows(spec, data, budget: int, args, recipe: bool = False) -> tuple[dict, object]:
     """bnnzoo's ``mclmc`` from the ensemble: at its defaults (warm-up planned to half of what the members
     leave), or MILE's recipe (:func:`bnnzoo.inference.recipes.mile`: no preconditioner, energy variance
-    from 0.5 to 0.1, thinning 10, tuning 5/6 of the budget); ``--chains`` chains a member either way."""
+    from 0.5 to 0.15, thinning 10, tuning 5/6 of the budget); ``--chains`` chains a member either way."""
     if recipe:
         keywords = recipes.mile(budget, num_members=args.members, chains_per_member=args.chains)
     else:

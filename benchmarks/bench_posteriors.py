@@ -23,7 +23,7 @@ Methods, per problem and seed (the seed of the members, the chains and NumPyro's
   gradient a chain), or ``--draws``.
 * ``bnnzoo mile recipe``: bnnzoo's ``mclmc`` with MILE's settings, ``run(...,
   **recipes.mile(G, K, M))``: no preconditioner, an energy-error variance per dimension from 0.5
-  down to 0.1, one draw every 10 integration steps, tuning planned to 5/6 of what the members leave; M chains a
+  down to 0.15, one draw every 10 integration steps, tuning planned to 5/6 of what the members leave; M chains a
   member like bnnzoo's other rows (MILE: one).
 * ``numpyro nuts``: NumPyro's NUTS (defaults: target 0.8, diagonal mass) on the same network, its
   C = K M chains (vectorized) started from the same members' points (chains 2..M of a member at its
