@@ -123,8 +123,9 @@ def mile_row(result, budget: int, args) -> dict:
 def report(payload: dict) -> str:
     """The markdown table of ``payload`` (a results file's JSON) with its settings, notes and load."""
     s = payload["settings"]
+    chains = f"{s['chains']} chain{'s' if s['chains'] != 1 else ''}"
     header = (f"`benchmarks/bench_drift.py`: digits, `digits_mlp(hidden={s['hidden']})` (N(0, 1) priors), seed "
-              f"{s['seed']}, {s['members']} members; bnnzoo's rows with {s['chains']} chain{'s' if s['chains'] != 1 else ''} a member, BlackJAX's MILE "
+              f"{s['seed']}, {s['members']} members; bnnzoo's rows with {chains} a member, BlackJAX's MILE "
               f"with one (bench_posteriors.py's settings), from the same members. rms: root mean square of all "
               f"weights (members; first and last kept draw, median over chains; the prior's is 1); lp: log density "
               f"of the first and last kept draw (median over chains); rhat: within-member split R-hat, largest "

@@ -23,8 +23,8 @@ Methods, per problem and seed (the seed of the members, the chains and NumPyro's
   gradient a chain), or ``--draws``.
 * ``bnnzoo mile recipe``: bnnzoo's ``mclmc`` with MILE's settings, ``run(...,
   **recipes.mile(G, K, M))``: no preconditioner, an energy-error variance per dimension from 0.5
-  down to 0.15, one draw every 10 integration steps, tuning planned to 5/6 of what the members leave; M chains a
-  member like bnnzoo's other rows (MILE: one).
+  down to 0.15, one draw every 10 integration steps, tuning planned to 5/6 of what the members
+  leave; M chains a member like bnnzoo's other rows (MILE: one).
 * ``numpyro nuts``: NumPyro's NUTS (defaults: target 0.8, diagonal mass) on the same network, its
   C = K M chains (vectorized) started from the same members' points (chains 2..M of a member at its
   point plus N(0, 1e-3^2) noise, as bnnzoo's ``jitter``), ``--numpyro-warmup`` warm-up steps (100: its
