@@ -51,7 +51,8 @@ from bnnzoo.inference import recipes, run  # noqa: E402
 from bnnzoo.models import zoo  # noqa: E402
 
 COLUMNS = ["method", "budget", "lppd", "accuracy", "draws", "rms_member", "rms_first", "rms_last", "lp_first",
-           "lp_last", "rhat_f_within", "rhat_lp_within", "ess_f_within", "ess_lp_within", "step_size", "L", "n_steps", "wall_s"]
+           "lp_last", "rhat_f_within", "rhat_lp_within", "ess_f_within", "ess_lp_within", "step_size", "L", "n_steps",
+           "wall_s", "compile_s"]
 
 
 def weight_rms(samples: dict) -> np.ndarray:
@@ -74,6 +75,7 @@ def drift_row(method: str, budget: int, result, wall: float, step_size=None, L=N
             "rhat_f_within": mixing["rhat_f_within_max"], "rhat_lp_within": mixing["rhat_lp_within_max"],
             "ess_f_within": mixing["ess_f_within_min"], "ess_lp_within": mixing["ess_lp_within_min"],
             "step_size": step_size, "L": L, "n_steps": n_steps, "wall_s": wall,
+            "compile_s": getattr(result, "compile_seconds", None) if method.startswith("bnnzoo") else None,
             "grad_total": int(result.grad_evals.get("total", 0))}
 
 
@@ -131,7 +133,9 @@ def report(payload: dict) -> str:
               f"of the first and last kept draw (median over chains); rhat: within-member split R-hat, largest "
               f"over members and test outputs; ess: within-member bulk ESS, smallest (absent: not recorded "
               f"then); step_size and L: bnnzoo's in its preconditioned units (the weights' own where the row "
-              f"has no preconditioner: MILE's recipe), MILE's in the weights' own (median over chains). One process, one torch thread, "
+              f"has no preconditioner: MILE's recipe), MILE's in the weights' own (median over chains); compile_s: "
+              f"bnnzoo's time in compiling (inductor), within wall_s (absent: MILE's, a run that compiled nothing, or not recorded then). One "
+              f"process, one torch thread, "
               f"{payload['machine'].get('cores', 'all cores (not pinned: XLA may use them all)')}; load average "
               f"{payload['machine'].get('load', '?')} at the last row.\n\n")
     notes = "".join(f"\n- {n}" for n in payload.get("notes", []))

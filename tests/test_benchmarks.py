@@ -380,6 +380,7 @@ def test_bench_drift_smoke(monkeypatch, tmp_path):
     row, recipe = bench.main(["--smoke", "--out", str(tmp_path)])
     assert recipe["method"] == "bnnzoo mclmc, MILE recipe" and recipe["grad_total"] <= 12000
     assert recipe["n_steps"] == 10 and recipe["draws"] > 0
+    assert recipe["compile_s"] is None or 0 <= recipe["compile_s"] < recipe["wall_s"]  # None: nothing compiled
     assert row["method"] == "bnnzoo mams" and row["budget"] == 12000 and row["grad_total"] <= 12000
     assert row["draws"] > 0 and row["rms_member"] > 0 and row["rms_first"] > 0 and row["rms_last"] > 0
     assert all(math.isfinite(row[k]) for k in ("lppd", "lp_first", "lp_last", "rhat_f_within", "rhat_lp_within"))
