@@ -75,7 +75,7 @@ def drift_row(method: str, budget: int, result, wall: float, step_size=None, L=N
             "rhat_f_within": mixing["rhat_f_within_max"], "rhat_lp_within": mixing["rhat_lp_within_max"],
             "ess_f_within": mixing["ess_f_within_min"], "ess_lp_within": mixing["ess_lp_within_min"],
             "step_size": step_size, "L": L, "n_steps": n_steps, "wall_s": wall,
-            "compile_s": getattr(result, "compile_seconds", None) if method.startswith("bnnzoo") else None,
+            "compile_s": result.compile_seconds,
             "grad_total": int(result.grad_evals.get("total", 0))}
 
 

@@ -467,6 +467,7 @@ def mile_run(problem, seed, budget: int, members_run, settings: MileSettings = M
     samples = {site: np.asarray(draws[name], dtype=np.float64) for name, site in names.items()}
     result = dataclasses.replace(members_run, samples=samples, sample_stats={"lp": np.asarray(lp, dtype=np.float64)},
                                  warmup_sample_stats={}, engine="blackjax_mile", wall_time=wall, chains_per_member=1,
+                                 compile_seconds=None,  # the members' run's compile time is not MILE's
                                  grad_evals={"members": member_grads, "warmup": members * (1 + 2 * tuned),
                                              "sampling": members * 2 * plan["sample"],
                                              "total": member_grads + plan["grads"]})
