@@ -12,6 +12,8 @@ one intra-op thread:
   (20 leapfrog steps, the Metropolis test, statistics), per leapfrog step;
 * ``chees run``: ``run(engine="chees")`` with 8 chains, 100 + 100 iterations,
   wall time per leapfrog step (the kernel's overhead included);
+* ``mclmc run``, ``mams run``: the same for the microcanonical kernels, per integrator step (left out
+  where a tree has no such engine);
 * ``digits value_and_grad, C chains``: one eager value and gradient of the digits MLP (64-128-128-10,
   relu, the 1437 training rows of ``load("digits", seed=0)``) for 4 and 8 chains, at a prior draw
   scaled by 0.1 (logits of the size a fitted network's have; at the prior draw itself the softmax's
@@ -97,6 +99,16 @@ warm = getattr(r, "warmup_sample_stats", None) or r.extras["warmup_sample_stats"
 steps = float(r.sample_stats["n_steps"][0].sum()) + float(warm["n_steps"][0].sum())
 out["chees run"] = wall / steps
 out["chees leapfrog steps"] = steps
+for engine in ("mclmc", "mams"):  # the microcanonical kernels, where a version has them
+    try:
+        start = time.perf_counter()
+        r = run(model, data, engine=engine, num_samples=100, warmup_steps=100, num_chains=8, seed=0)
+    except (KeyError, ValueError):
+        continue
+    wall = time.perf_counter() - start
+    warm = getattr(r, "warmup_sample_stats", None) or r.extras["warmup_sample_stats"]
+    steps = float(r.sample_stats["n_steps"][0].sum()) + float(warm["n_steps"][0].sum())
+    out[f"{engine} run"] = wall / steps
 digits = load("digits", seed=0)
 digits_potential = BNNPotential(BNN(zoo.digits_mlp()), digits.x_train.to(DEVICE), digits.y_train.to(DEVICE))
 for chains in (4, 8):
@@ -106,7 +118,7 @@ for chains in (4, 8):
 print(json.dumps(out))
 """
 
-METRICS = ("value_and_grad", "leapfrog_step", "fixed_hmc transition", "chees run",
+METRICS = ("value_and_grad", "leapfrog_step", "fixed_hmc transition", "chees run", "mclmc run", "mams run",
            "digits value_and_grad, 4 chains", "digits value_and_grad, 8 chains")
 
 # The compiled step: each tree's own inductor cache (a graph of the other tree's code is not reused).
@@ -183,7 +195,9 @@ def main(argv=None):
     load_start = os.getloadavg()
     rev, runs = alternate_against(ROOT, args.against, args.rounds,
                                   lambda tree: probe(tree, args.device, args.compiled))
-    rows, table, load = against_report(runs, COMPILED_METRICS if args.compiled else METRICS, rev, "us", args.rounds, load_start)
+    metrics = [m for m in (COMPILED_METRICS if args.compiled else METRICS)  # those both trees measured
+               if all(m in r for tree in runs.values() for r in tree)]
+    rows, table, load = against_report(runs, metrics, rev, "us", args.rounds, load_start)
     payload = {"machine": machine(args.device), "against": rev, "rounds": args.rounds, "runs": runs, "rows": rows,
                "load_average": load,
                "settings": {"threads": "1 and 2" if args.compiled else 1,

@@ -17,6 +17,12 @@ nothing else that changes may be captured: ``potential.graphable`` says so
 Kernels built on :class:`~bnnzoo.inference.kernels.hmc.FixedStepHMC` (HMC, ChEES) use it
 by themselves on CUDA; ``BNNZOO_CUDA_GRAPHS=0`` in the environment turns it off. A capture
 that fails warns once and the kernel goes on without graphs.
+
+:class:`GraphedStep` is the same idea for any step written on named buffers: the
+microcanonical samplers (:mod:`~bnnzoo.inference.kernels.mclmc`, :mod:`~bnnzoo.inference.kernels.mams`)
+capture one isokinetic integrator step with it. What changes between draws (the step size,
+L) enters through buffers filled on the host, the random draws through a buffer filled before
+each replay, so a graph serves a whole run.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import torch
 
 from .integrators import EnergyTracker
 
-__all__ = ["ENV", "GraphedLeapfrog", "enabled"]
+__all__ = ["ENV", "GraphedLeapfrog", "GraphedStep", "enabled"]
 
 Tensor = torch.Tensor
 #: the environment variable that turns CUDA graphs off when it is "0"
@@ -55,6 +61,13 @@ def cuda_capture(fn: Callable[[], None]) -> Callable[[], None]:
     with torch.cuda.graph(graph):
         fn()
     return graph.replay
+
+
+def capture_failed(owner, what: str, err: Exception) -> None:
+    """Record on ``owner`` (its ``failed``) why the capture of ``what`` failed, and warn once."""
+    owner.failed = f"{type(err).__name__}: {err}"
+    warnings.warn(f"CUDA graph capture of the {what} failed ({owner.failed}); running without graphs "
+                  f"({ENV}=0 skips the attempt)")
 
 
 class _Captured:
@@ -127,9 +140,7 @@ class GraphedLeapfrog:
             try:
                 g = _Captured(self.step, theta, p, grad, step_size, inv_mass, self._capture)
             except Exception as err:  # noqa: BLE001 - any capture failure means: run without graphs
-                self.failed = f"{type(err).__name__}: {err}"
-                warnings.warn(f"CUDA graph capture of the leapfrog step failed ({self.failed}); "
-                              f"running without graphs ({ENV}=0 skips the attempt)")
+                capture_failed(self, "leapfrog step", err)
                 return None
             self._graphs[key] = g
             self.captures += 1
@@ -148,3 +159,67 @@ class GraphedLeapfrog:
         if track_energy is not None:
             track_energy.load(g.tracker)
         return g.theta.clone(), g.p.clone(), g.value.clone(), g.grad.clone()
+
+
+class GraphedStep:
+    """A step that reads and writes only a fixed set of named buffers, captured as a CUDA graph
+    once per set of shapes and replayed (module docstring).
+
+    Parameters
+    ----------
+    body : callable
+        ``buffers -> step``: given the dict of buffers (``name -> Tensor``), a function of no
+        arguments that runs one step on them in place, without reading a value on the host.
+    key : hashable
+        What else the step depends on (e.g. whether the potential runs compiled).
+    what : str
+        The step's name in the warning a failed capture gives.
+    capture : callable, optional
+        ``fn -> replay`` (default :func:`cuda_capture`); tests pass one that runs ``fn`` as it is.
+    """
+
+    def __init__(self, body: Callable[[dict], Callable[[], None]], key=None, what: str = "step",
+                 capture: Callable | None = None):
+        self.body, self.key, self.what = body, key, what
+        self._capture = capture or cuda_capture
+        self._graphs: dict[tuple, tuple[dict, Callable]] = {}
+        #: captures made so far (one per set of shapes)
+        self.captures = 0
+        #: why capturing failed (the caller then runs without graphs); None while it has not
+        self.failed: str | None = None
+
+    def __getstate__(self) -> dict:
+        """A checkpoint keeps no captured graph (device state): each is captured again at its first use."""
+        return {**self.__dict__, "_graphs": {}}
+
+    def run(self, inputs: dict[str, Tensor], times: int,
+            before: Callable[[dict], None] | None = None) -> dict[str, Tensor] | None:
+        """Copy ``inputs`` into the buffers and replay the step ``times`` times, ``before(buffers)``
+        ahead of each replay (e.g. filling a buffer of random draws). Returns the buffers, which the
+        next call overwrites (copy what is kept); None when the capture failed (:attr:`failed`)."""
+        if self.failed is not None:
+            return None
+        key = (self.key, tuple((name, t.shape, t.dtype, t.device) for name, t in inputs.items()))
+        entry = self._graphs.get(key)
+        if entry is None:
+            buffers = {name: t.clone() for name, t in inputs.items()}
+            try:
+                entry = (buffers, self._capture(self.body(buffers)))
+            except Exception as err:  # noqa: BLE001 - any capture failure means: run without graphs
+                capture_failed(self, self.what, err)
+                return None
+            self._graphs[key] = entry
+            self.captures += 1
+        buffers, replay = entry
+        for name, t in inputs.items():
+            buffers[name].copy_(t)
+        for _ in range(times):
+            if before is not None:
+                before(buffers)
+            replay()
+        return buffers
+
+    def notes(self) -> dict:
+        """How the steps ran, for ``Run.notes``."""
+        return {"cuda_graphs": f"capture failed ({self.failed}); ran without graphs" if self.failed else
+                f"{self.what}s replayed from {self.captures} captured CUDA graph(s)"}

@@ -24,8 +24,9 @@ from typing import Callable, NamedTuple
 
 import torch
 
-__all__ = ["INTEGRATORS", "GRADIENTS_PER_STEP", "Phase", "integrate", "partial_refresh", "unit_normal",
-           "velocity_update"]
+__all__ = ["INTEGRATORS", "GRADIENTS_PER_STEP", "Phase", "integrate", "integrate_amounts", "partial_refresh",
+           "refresh_weights", "refresh_with", "substep_amounts", "unit_normal", "velocity_update",
+           "velocity_update_at_rate"]
 
 Tensor = torch.Tensor
 ValueAndGrad = Callable[[Tensor], tuple[Tensor, Tensor]]
@@ -71,10 +72,16 @@ def velocity_update(u: Tensor, force: Tensor, time: float | Tensor) -> tuple[Ten
     (Robnik et al. 2023, eq. 15; :math:`\Delta K` is minus the log-Jacobian of the map, so the
     energy error of a step is :math:`\Delta K + U(x') - U(x)`). A zero force leaves ``u`` as it is.
     """
+    return velocity_update_at_rate(u, force, time / (u.shape[-1] - 1))
+
+
+def velocity_update_at_rate(u: Tensor, force: Tensor, rate: float | Tensor) -> tuple[Tensor, Tensor]:
+    r""":func:`velocity_update` for a time of ``rate`` :math:`\times (d - 1)`: the form a captured
+    CUDA graph runs, where ``rate`` is a buffer filled on the host (:mod:`~bnnzoo.inference.cuda_graphs`)."""
     dim = u.shape[-1]
     norm = torch.linalg.vector_norm(force, dim=-1, keepdim=True).clamp_min(torch.finfo(force.dtype).tiny)
     ue = (u * force).sum(-1, keepdim=True) / norm
-    delta = norm * (time / (dim - 1))
+    delta = norm * rate
     zeta = torch.exp(-delta)
     one_minus = 1 - zeta
     # e (1 - zeta)(1 + zeta + ue (1 - zeta)) + 2 zeta u, with e = force / |force|
@@ -90,14 +97,32 @@ def integrate(phase: Phase, step_size: float | Tensor, scale: Tensor, value_and_
     ``phase``: the new phase and the kinetic-energy change :math:`\Delta K` ``[C]`` summed over
     the velocity substeps. The position moves by :math:`a \epsilon\, \sigma \odot u`; the force of
     the last position is reused by the next step's first velocity substep."""
+    return integrate_amounts(phase, substep_amounts(step_size, phase.x.shape[-1], integrator), scale,
+                             value_and_grad, integrator)
+
+
+def substep_amounts(step_size: float | Tensor, dim: int, integrator: str = "mclachlan") -> list:
+    r"""What each substep of ``integrator`` moves by at ``step_size``: a position substep
+    :math:`a\epsilon`, a velocity substep its rate :math:`b\epsilon / (d - 1)`
+    (:func:`velocity_update_at_rate`). Numbers for a number (computed in double precision, as the
+    eager step always did), tensors for a tensor."""
+    return [coefficient * step_size if kind == "x" else (coefficient * step_size) / (dim - 1)
+            for kind, coefficient in INTEGRATORS[integrator]]
+
+
+def integrate_amounts(phase: Phase, amounts, scale: Tensor, value_and_grad: ValueAndGrad,
+                      integrator: str = "mclachlan") -> tuple[Phase, Tensor]:
+    """:func:`integrate` from the substeps' amounts (:func:`substep_amounts`): numbers, or the
+    0-dimensional buffers of a captured CUDA graph, which hold the same numbers rounded once to
+    the tensors' precision as a number is rounded where it meets a tensor (so both give the same bits)."""
     x, u, value, grad = phase
     kinetic = torch.zeros_like(value)
-    for kind, coefficient in INTEGRATORS[integrator]:
+    for (kind, _), amount in zip(INTEGRATORS[integrator], amounts):
         if kind == "v":
-            u, change = velocity_update(u, -scale * grad, coefficient * step_size)
+            u, change = velocity_update_at_rate(u, -scale * grad, amount)
             kinetic = kinetic + change
         else:
-            x = x + (coefficient * step_size) * scale * u
+            x = x + amount * scale * u
             value, grad = value_and_grad(x)
     return Phase(x, u, value, grad), kinetic
 
@@ -106,8 +131,17 @@ def partial_refresh(u: Tensor, step_size: float, length: float, generator: torch
     r"""Partial velocity refresh over the decoherence length :math:`L`:
     :math:`u \leftarrow (c_1 u + c_2 \xi / \sqrt d) / |\cdot|`, :math:`c_1 = e^{-\epsilon / L}`,
     :math:`c_2 = \sqrt{1 - c_1^2}`, :math:`\xi \sim N(0, I)` (Robnik et al. 2023, the Langevin part of MCLMC)."""
+    keep, noise = refresh_weights(step_size, length, u.shape[-1])
+    return refresh_with(u, keep, noise, torch.randn(u.shape, generator=generator, dtype=u.dtype, device=u.device))
+
+
+def refresh_weights(step_size: float, length: float, dim: int) -> tuple[float, float]:
+    r"""The refresh's weights :math:`c_1` and :math:`c_2 / \sqrt d` (:func:`partial_refresh`), on the host."""
     c1 = math.exp(-step_size / length)
-    c2 = math.sqrt(1.0 - c1 * c1)
-    xi = torch.randn(u.shape, generator=generator, dtype=u.dtype, device=u.device)
-    new = c1 * u + (c2 / math.sqrt(u.shape[-1])) * xi
+    return c1, math.sqrt(1.0 - c1 * c1) / math.sqrt(dim)
+
+
+def refresh_with(u: Tensor, keep: float | Tensor, noise: float | Tensor, xi: Tensor) -> Tensor:
+    """:func:`partial_refresh` with its weights (:func:`refresh_weights`) and normal draws ``xi`` given."""
+    new = keep * u + noise * xi
     return new / new.norm(dim=-1, keepdim=True)

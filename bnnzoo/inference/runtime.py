@@ -16,6 +16,11 @@ ways:
 * **eager**: :func:`~bnnzoo.inference.integrators.leapfrog`, one step at a time (per-chain step counts,
   a kernel's own step such as proximal HMC's, a Pyro model).
 
+The microcanonical kernels' steps (isokinetic, not leapfrog) take the first or the last way: on a GPU
+with a capturable potential, one integrator step as a CUDA graph
+(:meth:`LeapfrogRuntime.step_graph`, a :class:`~bnnzoo.inference.cuda_graphs.GraphedStep`), else eager
+steps on the potential's ``value_and_grad`` (compiled when the potential is).
+
 The runtime also holds the run's ``compile="auto"`` policy
 (:class:`~bnnzoo.inference.compilation.AutoCompile`, set by the driver), which it tells the steps each
 transition took; the policy switches the potential to its compiled graphs once the rest of the run
@@ -32,7 +37,7 @@ from typing import Callable
 import torch
 
 from . import cuda_graphs
-from .cuda_graphs import GraphedLeapfrog
+from .cuda_graphs import GraphedLeapfrog, GraphedStep
 from .compiled_graphs import UNROLL, unroll_step_sizes
 from .integrators import EnergyTracker, leapfrog
 
@@ -50,7 +55,7 @@ class LeapfrogRuntime:
 
     def __init__(self, policy=None):
         self.policy = policy
-        self.graph: GraphedLeapfrog | None = None
+        self.graph: GraphedLeapfrog | GraphedStep | None = None
 
     def fresh(self) -> LeapfrogRuntime:
         """A runtime for a new run of the same kernel: the policy kept, no graph."""
@@ -64,8 +69,19 @@ class LeapfrogRuntime:
                 or not getattr(potential, "graphable", False) or not cuda_graphs.enabled()):
             return None
         key = (potential, getattr(potential, "compile", None))
-        if self.graph is None or self.graph.key != key:
+        if not isinstance(self.graph, GraphedLeapfrog) or self.graph.key != key:
             self.graph = GraphedLeapfrog(step_fn, key)
+        return self.graph
+
+    def step_graph(self, potential, theta: Tensor, body: Callable, what: str) -> GraphedStep | None:
+        """The :class:`~bnnzoo.inference.cuda_graphs.GraphedStep` of ``body`` where one applies: on CUDA,
+        a potential whose step may be captured, graphs not turned off. A new one when the potential
+        switches to or from its compiled graphs."""
+        if not theta.is_cuda or not getattr(potential, "graphable", False) or not cuda_graphs.enabled():
+            return None
+        key = (potential, getattr(potential, "compile", None), what)
+        if not isinstance(self.graph, GraphedStep) or self.graph.key != key:
+            self.graph = GraphedStep(body, key, what)
         return self.graph
 
     def compiled(self, potential, step_fn, num_steps) -> bool:
@@ -122,5 +138,7 @@ class LeapfrogRuntime:
         if self.graph is None:  # ran on the CPU, or a potential that cannot be captured
             return {}
         g = self.graph
+        if isinstance(g, GraphedStep):
+            return g.notes()
         return {"cuda_graphs": f"capture failed ({g.failed}); ran without graphs" if g.failed else
                 f"leapfrog steps replayed from {g.captures} captured CUDA graph(s)"}

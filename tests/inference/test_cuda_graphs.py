@@ -6,6 +6,8 @@ in place, copy out, one capture per shape, the fallback) is checked against
 real graphs and are skipped without CUDA.
 """
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -14,8 +16,9 @@ from bnnzoo.data import load
 from bnnzoo.inference import run
 from bnnzoo.inference import cuda_graphs
 from bnnzoo.inference.checkpoint import restore_object, snapshot_object
-from bnnzoo.inference.cuda_graphs import GraphedLeapfrog
+from bnnzoo.inference.cuda_graphs import GraphedLeapfrog, GraphedStep
 from bnnzoo.inference.integrators import EnergyTracker, kinetic_energy, leapfrog
+from bnnzoo.inference.kernels.mclmc import mclmc_graph_body
 from bnnzoo.inference.runtime import LeapfrogRuntime
 from bnnzoo.inference.potential import BNNPotential, initial_theta
 from bnnzoo.models import BNN, zoo
@@ -168,6 +171,98 @@ def test_a_checkpointed_run_on_cuda_saves_past_its_graphs_and_resumes(tmp_path):
     saved = _chees(device="cuda", checkpoint=tmp_path / "run", checkpoint_every=2)
     resumed = _chees(device="cuda", checkpoint=tmp_path / "run", resume=True)
     assert saved.notes["cuda_graphs"].startswith("leapfrog steps replayed from")
+    for name, draws in plain.samples.items():
+        np.testing.assert_array_equal(saved.samples[name], draws)
+        np.testing.assert_array_equal(resumed.samples[name], draws)
+
+
+# ---------------------------------------------------------------- the microcanonical step (GraphedStep)
+def _microcanonical(engine, **changes):
+    options = dict(engine=engine, num_chains=4, num_samples=6, warmup_steps=12, seed=5, progress=False)
+    if engine == "mclmc":
+        options["steps_per_draw"] = 3
+    return run(zoo.cosine_mlp(hidden=5), DATA, **{**options, **changes})
+
+
+def _graphs_on_cpu(monkeypatch, capture=as_is) -> list:
+    """Force the runtime's step graph on the CPU with ``capture``; the graphs made are listed."""
+    made = []
+
+    def step_graph_on_cpu(self, potential, theta, body, what):
+        if not isinstance(self.graph, GraphedStep) or self.graph.what != what:
+            self.graph = GraphedStep(body, key=what, what=what, capture=capture)
+            made.append(self.graph)
+        return self.graph
+
+    monkeypatch.setattr(LeapfrogRuntime, "step_graph", step_graph_on_cpu)
+    return made
+
+
+@pytest.mark.parametrize("engine", ["mclmc", "mams"])
+def test_microcanonical_steps_through_a_graph_draw_what_they_drew_without(monkeypatch, engine):
+    """The samplers' graphed path (buffers filled on the host, the refresh's normal draws before
+    each replay) with the stand-in capture on the CPU: the same bits as the eager steps."""
+    without = _microcanonical(engine)
+    made = _graphs_on_cpu(monkeypatch)
+    with_graphs = _microcanonical(engine)
+    assert len(made) == 1 and made[0].captures == 1
+    assert with_graphs.notes["cuda_graphs"] == f"{engine} steps replayed from 1 captured CUDA graph(s)"
+    assert "cuda_graphs" not in without.notes
+    for name, draws in without.samples.items():
+        np.testing.assert_array_equal(with_graphs.samples[name], draws)
+    for stat in ("energy_error", "step_size", "L", "diverging"):
+        np.testing.assert_array_equal(with_graphs.sample_stats[stat], without.sample_stats[stat])
+
+
+def test_a_microcanonical_capture_that_fails_warns_once_and_the_run_goes_on_eagerly(monkeypatch):
+    without = _microcanonical("mclmc")
+
+    def broken(fn):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    made = _graphs_on_cpu(monkeypatch, capture=broken)
+    with pytest.warns(UserWarning, match="CUDA graph capture of the mclmc step failed .*RuntimeError") as caught:
+        with_graphs = _microcanonical("mclmc")
+    assert len([w for w in caught if "CUDA graph capture" in str(w.message)]) == 1
+    assert made[0].captures == 0 and made[0].failed.startswith("RuntimeError")
+    assert with_graphs.notes["cuda_graphs"].startswith("capture failed (RuntimeError")
+    for name, draws in without.samples.items():
+        np.testing.assert_array_equal(with_graphs.samples[name], draws)
+
+
+def test_a_step_graph_in_a_checkpoint_keeps_no_capture():
+    potential = BNNPotential(BNN(zoo.cosine_mlp(hidden=3)), DATA.x_train, DATA.y_train)
+    body = functools.partial(mclmc_graph_body, value_and_grad=potential.value_and_grad, integrator="mclachlan")
+    graphed = GraphedStep(body, key=(potential, False, "mclmc step"), what="mclmc step")
+    graphed._graphs["a shape"] = ({}, lambda: None)  # stands for a captured graph: device state, not picklable
+    graphed.captures = 1
+    back = restore_object(snapshot_object(graphed, {"potential": potential}), {"potential": potential})
+    assert back._graphs == {} and back.captures == 1 and back.key == (potential, False, "mclmc step")
+    assert back.body.keywords["value_and_grad"].__self__ is potential
+
+
+@pytest.mark.gpu
+@GPU
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("engine", ["mclmc", "mams"])
+def test_microcanonical_on_cuda_draws_the_same_with_and_without_graphs(monkeypatch, engine, compile):
+    monkeypatch.setenv(cuda_graphs.ENV, "0")
+    without = _microcanonical(engine, device="cuda", compile=compile)
+    monkeypatch.setenv(cuda_graphs.ENV, "1")
+    with_graphs = _microcanonical(engine, device="cuda", compile=compile)
+    assert with_graphs.notes["cuda_graphs"].startswith(f"{engine} steps replayed from")
+    assert "cuda_graphs" not in without.notes
+    for name, draws in without.samples.items():
+        np.testing.assert_allclose(with_graphs.samples[name], draws, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.gpu
+@GPU
+def test_a_checkpointed_mclmc_run_on_cuda_saves_past_its_graph_and_resumes(tmp_path):
+    plain = _microcanonical("mclmc", device="cuda")
+    saved = _microcanonical("mclmc", device="cuda", checkpoint=tmp_path / "run", checkpoint_every=2)
+    resumed = _microcanonical("mclmc", device="cuda", checkpoint=tmp_path / "run", resume=True)
+    assert saved.notes["cuda_graphs"].startswith("mclmc steps replayed from")
     for name, draws in plain.samples.items():
         np.testing.assert_array_equal(saved.samples[name], draws)
         np.testing.assert_array_equal(resumed.samples[name], draws)

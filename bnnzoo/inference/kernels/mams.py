@@ -21,15 +21,16 @@ the warm-up draws. The rules are in ``docs/algorithms.md`` ("Microcanonical samp
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
 from ..adaptation import (ChainVariance, DualAveraging, EnergyVarianceStepSize, acceptance_statistic,
                           decoherence_length, find_step_size, within_chain_variance)
-from ..isokinetic import INTEGRATORS, Phase, integrate, unit_normal
+from ..isokinetic import INTEGRATORS, Phase, integrate_amounts, substep_amounts, unit_normal
 from ..options import choice, flag, fraction, integer, interval, option, optional, positive
 from ..potential import placement
 from .base import BaseOptions, metropolis_accept
@@ -78,12 +79,35 @@ def trajectory_steps(mean_steps: float, uniform: float, max_steps: int) -> int:
     return int(min(max(math.ceil(2.0 * mean_steps * uniform), 1), max_steps))
 
 
-class MAMSSampler:
-    """The MAMS transition on a flat potential (module docstring): ``init`` and ``step``."""
+PHASE = Phase._fields
 
-    def __init__(self, value_and_grad, integrator: str = "mclachlan", max_steps: int = 1024, jitter: bool = True):
+
+def mams_graph_body(buffers: dict, value_and_grad, integrator: str) -> Callable[[], None]:
+    """One integrator step of a MAMS trajectory on the buffers of a captured CUDA graph
+    (:class:`~bnnzoo.inference.cuda_graphs.GraphedStep`): the phase's four, ``amounts`` (filled on
+    the host), ``scale`` and the running ``kinetic`` change."""
+    b = buffers
+    amounts = [b["amounts"][i] for i in range(len(INTEGRATORS[integrator]))]
+
+    def one_step() -> None:
+        phase, change = integrate_amounts(Phase(*(b[name] for name in PHASE)), amounts, b["scale"], value_and_grad,
+                                          integrator)
+        for name, value in zip(PHASE, phase):
+            b[name].copy_(value)
+        b["kinetic"].copy_(b["kinetic"] + change)
+
+    return one_step
+
+
+class MAMSSampler:
+    """The MAMS transition on a flat potential (module docstring): ``init`` and ``step``. ``graph``:
+    ``position -> GraphedStep | None`` (the kernel's runtime: a CUDA graph of :func:`mams_graph_body`
+    where one applies), or None."""
+
+    def __init__(self, value_and_grad, integrator: str = "mclachlan", max_steps: int = 1024, jitter: bool = True,
+                 graph: Callable | None = None):
         self.value_and_grad, self.integrator = value_and_grad, integrator
-        self.max_steps, self.jitter = max_steps, jitter
+        self.max_steps, self.jitter, self.graph = max_steps, jitter, graph
 
     def init(self, position: Tensor, generator: torch.Generator | None = None) -> MAMSState:
         return MAMSState(position, *self.value_and_grad(position))
@@ -103,9 +127,17 @@ class MAMSSampler:
         steps = self.num_steps(params, generator) if num_steps is None else num_steps
         phase = Phase(state.position, unit_normal(state.position, generator), state.value, state.grad)
         kinetic = torch.zeros_like(state.value)
-        for _ in range(steps):
-            phase, change = integrate(phase, params.step_size, params.scale, self.value_and_grad, self.integrator)
-            kinetic = kinetic + change
+        amounts = substep_amounts(params.step_size, state.position.shape[-1], self.integrator)
+        graph = self.graph(state.position) if self.graph is not None else None
+        out = None if graph is None else graph.run(
+            {**phase._asdict(), "kinetic": kinetic, "scale": params.scale,
+             "amounts": torch.tensor(amounts, dtype=state.position.dtype, device=state.position.device)}, steps)
+        if out is not None:
+            phase, kinetic = Phase(*(out[name].clone() for name in PHASE)), out["kinetic"].clone()
+        else:
+            for _ in range(steps):
+                phase, change = integrate_amounts(phase, amounts, params.scale, self.value_and_grad, self.integrator)
+                kinetic = kinetic + change
         error = kinetic + phase.value - state.value
         finite = torch.isfinite(error) & torch.isfinite(phase.x).all(-1) & torch.isfinite(phase.grad).all(-1)
         accepted, prob, _ = metropolis_accept(torch.where(finite, -error, torch.full_like(error, math.nan)),
@@ -369,7 +401,10 @@ class MAMS(Microcanonical):
         dim = self.potential.dim
         self.check_dimension(dim)
         opts = self.options
-        sampler = MAMSSampler(self.potential.value_and_grad, opts.integrator, opts.max_steps, opts.jitter)
+        body = functools.partial(mams_graph_body, value_and_grad=self.potential.value_and_grad,
+                                 integrator=opts.integrator)
+        sampler = MAMSSampler(self.potential.value_and_grad, opts.integrator, opts.max_steps, opts.jitter,
+                              functools.partial(self.step_graph, body=body, what="mams step"))
         start = MAMSParams(math.sqrt(dim) / 4 if opts.step_size is None else opts.step_size,
                            math.sqrt(dim) if opts.L is None else opts.L, torch.ones(dim, **placement(self.potential)))
         if opts.step_size is None:

@@ -19,14 +19,16 @@ warm-up draws (the scheme of BlackJAX's ``mclmc_find_L_and_step_size``). The rul
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
 from ..adaptation import ChainVariance, EnergyVarianceStepSize, decoherence_length, within_chain_variance
-from ..isokinetic import INTEGRATORS, GRADIENTS_PER_STEP, Phase, integrate, partial_refresh, unit_normal
+from ..isokinetic import (INTEGRATORS, GRADIENTS_PER_STEP, Phase, integrate_amounts, refresh_weights, refresh_with,
+                          substep_amounts, unit_normal)
 from ..options import choice, flag, integer, option, optional, positive
 from ..potential import placement
 from ..runtime import LeapfrogRuntime
@@ -70,13 +72,60 @@ class MCLMCInfo(NamedTuple):
     n_steps: int
 
 
+def mclmc_update(state: MCLMCState, amounts, scale: Tensor, keep, noise, xi: Tensor, value_and_grad,
+                 integrator: str) -> tuple[MCLMCState, Tensor, Tensor]:
+    """One integrator step from ``state`` (its substeps' ``amounts``: :func:`~bnnzoo.inference.isokinetic.substep_amounts`)
+    and the partial refresh with weights ``keep``, ``noise`` and normal draws ``xi``: the new state,
+    the energy error and whether the step was finite (a chain whose step is not finite keeps its
+    position and refreshes its old velocity reversed). Numbers or 0-dimensional tensors alike
+    (the eager step and the captured graph run this same function)."""
+    phase, kinetic = integrate_amounts(Phase(state.position, state.velocity, state.value, state.grad), amounts,
+                                       scale, value_and_grad, integrator)
+    error = kinetic + phase.value - state.value
+    finite = torch.isfinite(error) & torch.isfinite(phase.x).all(-1) & torch.isfinite(phase.grad).all(-1)
+    kept = finite.unsqueeze(-1)
+    velocity = refresh_with(torch.where(kept, phase.u, -state.velocity), keep, noise, xi)
+    return (MCLMCState(torch.where(kept, phase.x, state.position), velocity,
+                       torch.where(finite, phase.value, state.value), torch.where(kept, phase.grad, state.grad)),
+            error, finite)
+
+
+def squared_error(error: Tensor, finite: Tensor) -> Tensor:
+    """A step's squared energy error, inf where the step was not finite."""
+    return torch.where(finite, error * error, torch.full_like(error, math.inf))
+
+
+STATE = MCLMCState._fields
+
+
+def mclmc_graph_body(buffers: dict, value_and_grad, integrator: str) -> Callable[[], None]:
+    """One :func:`mclmc_update` on the buffers of a captured CUDA graph
+    (:class:`~bnnzoo.inference.cuda_graphs.GraphedStep`): the state's four, ``amounts`` and ``refresh``
+    (the step's numbers, filled on the host), ``xi`` (filled before each replay) and the running
+    ``square`` and ``diverging``."""
+    b = buffers
+    amounts = [b["amounts"][i] for i in range(len(INTEGRATORS[integrator]))]
+
+    def one_step() -> None:
+        new, error, finite = mclmc_update(MCLMCState(*(b[name] for name in STATE)), amounts, b["scale"],
+                                          b["refresh"][0], b["refresh"][1], b["xi"], value_and_grad, integrator)
+        for name, value in zip(STATE, new):
+            b[name].copy_(value)
+        b["square"].copy_(b["square"] + squared_error(error, finite))
+        b["diverging"].copy_(b["diverging"] | ~finite)
+
+    return one_step
+
+
 class MCLMCSampler:
     """The MCLMC transition on a flat potential (module docstring): ``init`` and ``step``; one step
     is ``steps`` integrator steps, each followed by the partial refresh (the draws kept are every
-    ``steps``-th point of the chain)."""
+    ``steps``-th point of the chain). ``graph``: ``position -> GraphedStep | None`` (the kernel's
+    runtime: a CUDA graph of :func:`mclmc_graph_body` where one applies), or None."""
 
-    def __init__(self, value_and_grad, integrator: str = "mclachlan", steps: int = 1):
-        self.value_and_grad, self.integrator, self.steps = value_and_grad, integrator, steps
+    def __init__(self, value_and_grad, integrator: str = "mclachlan", steps: int = 1,
+                 graph: Callable | None = None):
+        self.value_and_grad, self.integrator, self.steps, self.graph = value_and_grad, integrator, steps, graph
 
     def init(self, position: Tensor, generator: torch.Generator | None = None) -> MCLMCState:
         value, grad = self.value_and_grad(position)
@@ -87,20 +136,28 @@ class MCLMCSampler:
         """``steps`` times: one integrator step, then the partial refresh; a chain whose step is not
         finite keeps its position (a counted divergence) and turns back: it refreshes its old
         velocity reversed. The energy error reported is the root mean square over the steps."""
+        dim = state.position.shape[-1]
+        amounts = substep_amounts(params.step_size, dim, self.integrator)
+        keep, noise = refresh_weights(params.step_size, params.L, dim)
         square = torch.zeros_like(state.value)
         diverging = torch.zeros_like(state.value, dtype=torch.bool)
+        graph = self.graph(state.position) if self.graph is not None else None
+        if graph is not None:
+            numbers = functools.partial(torch.tensor, dtype=state.position.dtype, device=state.position.device)
+            out = graph.run({**state._asdict(), "amounts": numbers(amounts), "refresh": numbers([keep, noise]),
+                             "scale": params.scale, "xi": torch.empty_like(state.position), "square": square,
+                             "diverging": diverging}, self.steps,
+                            before=lambda b: b["xi"].normal_(generator=generator))
+            if out is not None:
+                return (MCLMCState(*(out[name].clone() for name in STATE)),
+                        MCLMCInfo(out["diverging"].clone(), (out["square"] / self.steps).sqrt(), params.step_size,
+                                  self.steps))
         for _ in range(self.steps):
-            phase, kinetic = integrate(Phase(state.position, state.velocity, state.value, state.grad),
-                                       params.step_size, params.scale, self.value_and_grad, self.integrator)
-            error = kinetic + phase.value - state.value
-            finite = torch.isfinite(error) & torch.isfinite(phase.x).all(-1) & torch.isfinite(phase.grad).all(-1)
-            keep = finite.unsqueeze(-1)
-            velocity = partial_refresh(torch.where(keep, phase.u, -state.velocity), params.step_size, params.L,
-                                       generator)
-            state = MCLMCState(torch.where(keep, phase.x, state.position), velocity,
-                               torch.where(finite, phase.value, state.value),
-                               torch.where(keep, phase.grad, state.grad))
-            square = square + torch.where(finite, error * error, torch.full_like(error, math.inf))
+            xi = torch.randn(state.position.shape, generator=generator, dtype=state.position.dtype,
+                             device=state.position.device)
+            state, error, finite = mclmc_update(state, amounts, params.scale, keep, noise, xi, self.value_and_grad,
+                                                self.integrator)
+            square = square + squared_error(error, finite)
             diverging = diverging | ~finite
         return state, MCLMCInfo(diverging, (square / self.steps).sqrt(), params.step_size, self.steps)
 
@@ -257,7 +314,12 @@ class Microcanonical(TransitionKernel):
 
     def notes(self) -> dict:
         """``gradients_per_step``: what an integrator step (an ``n_steps`` unit) costs in gradients."""
-        return {**super().notes(), "gradients_per_step": GRADIENTS_PER_STEP[self.options.integrator]}
+        return {**super().notes(), **self.runtime.notes(),
+                "gradients_per_step": GRADIENTS_PER_STEP[self.options.integrator]}
+
+    def step_graph(self, theta: Tensor, body: Callable, what: str):
+        """The runtime's CUDA graph of ``body`` for chains at ``theta`` (None where none applies)."""
+        return self.runtime.step_graph(self.potential, theta, body, what)
 
     def tuned(self) -> dict:
         """Step size, L and ``inverse_mass_matrix``: the preconditioner's variances ``scale**2``."""
@@ -294,7 +356,10 @@ class MCLMC(Microcanonical):
         dim = self.potential.dim
         self.check_dimension(dim)
         opts = self.options
-        sampler = MCLMCSampler(self.potential.value_and_grad, opts.integrator, opts.steps_per_draw)
+        body = functools.partial(mclmc_graph_body, value_and_grad=self.potential.value_and_grad,
+                                 integrator=opts.integrator)
+        sampler = MCLMCSampler(self.potential.value_and_grad, opts.integrator, opts.steps_per_draw,
+                               functools.partial(self.step_graph, body=body, what="mclmc step"))
         start = MCLMCParams(opts.step_size if opts.step_size is not None else math.sqrt(dim) / 4,
                             opts.L if opts.L is not None else math.sqrt(dim),
                             torch.ones(dim, **placement(self.potential)))
