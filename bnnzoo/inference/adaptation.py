@@ -27,8 +27,8 @@ import torch
 
 from .integrators import velocity
 
-__all__ = ["ChainVariance", "DualAveraging", "WarmupComponent", "WarmupStep", "WindowAdaptation", "EnergyVarianceStepSize", "PooledVariance", "ScalarAdam", "acceptance_statistic",
-           "chees_gradient", "decoherence_length", "effective_sample_size",
+__all__ = ["ChainEnergyVarianceStepSize", "ChainVariance", "DualAveraging", "WarmupComponent", "WarmupStep", "WindowAdaptation", "EnergyVarianceStepSize", "PooledVariance", "ScalarAdam", "acceptance_statistic",
+           "chain_decoherence_lengths", "chees_gradient", "decoherence_length", "effective_sample_size",
            "find_step_size", "halton", "harmonic_mean_acceptance", "late_mass_windows", "mass_windows",
            "within_chain_variance"]
 
@@ -336,6 +336,36 @@ class EnergyVarianceStepSize:
         return self.step_size
 
 
+class ChainEnergyVarianceStepSize(EnergyVarianceStepSize):
+    """:class:`EnergyVarianceStepSize` for each chain on its own (MILE's and BlackJAX's tuning, one
+    chain at a time): ``[C]`` float64 tensors on the host for the step sizes and the averages, each
+    chain fed its own squared energy error; a chain whose step was not finite caps its own step
+    size at 0.8 times the one that failed, for good (BlackJAX's rule per chain)."""
+
+    def __init__(self, step_size: float | Tensor, num_chains: int, dim: int, target: float,
+                 num_effective_samples: int = 150, trust: float = 1.5):
+        super().__init__(1.0, dim, target, num_effective_samples, trust)
+        self.step_size = torch.as_tensor(step_size, dtype=torch.float64).expand(num_chains).clone()
+        self.x_average, self.time = torch.zeros(num_chains, dtype=torch.float64), torch.zeros(num_chains, dtype=torch.float64)
+        self.step_size_max = torch.full((num_chains,), math.inf, dtype=torch.float64)
+
+    def update(self, energy_change: Tensor, finite: Tensor) -> Tensor:
+        """Feed one step's energy errors ``[C]`` and which chains were finite; the next step sizes ``[C]``."""
+        finite = finite.detach().cpu()
+        change = torch.where(finite, energy_change.detach().cpu().double(), torch.zeros((), dtype=torch.float64))
+        self.step_size_max = torch.where(finite, self.step_size_max, torch.minimum(self.step_size_max,
+                                                                                     0.8 * self.step_size))
+        xi = change.square() / (self.dim * self.target) + 1e-8
+        weight = torch.exp(-0.5 * (xi.log() / (6.0 * self.trust)) ** 2)
+        self.x_average = torch.where(finite, self.decay * self.x_average + weight * xi / self.step_size ** 6,
+                                     self.x_average)
+        self.time = torch.where(finite, self.decay * self.time + weight, self.time)
+        ready = (self.time > 0) & (self.x_average > 0)
+        self.step_size = torch.where(ready, (self.x_average / self.time) ** (-1.0 / 6.0), self.step_size)
+        self.step_size = torch.minimum(self.step_size, self.step_size_max)
+        return self.step_size
+
+
 def effective_sample_size(draws: Tensor, between_chains: bool = True) -> Tensor:
     r"""Multi-chain effective sample size of each column of ``draws [T, C, K]`` (T draws of C chains):
     Stan's estimator, :math:`\hat\rho_t = 1 - (W - \overline{\gamma_t}) / \widehat{\mathrm{var}}^+`
@@ -370,6 +400,13 @@ def decoherence_length(draws: Tensor, distance_per_draw: float, factor: float = 
     posterior would otherwise read as chains that never decorrelate."""
     ess = effective_sample_size(draws, between_chains=False)
     return float(factor * distance_per_draw * (draws.shape[0] * draws.shape[1] / ess).mean())
+
+
+def chain_decoherence_lengths(draws: Tensor, distance_per_draw: Tensor, factor: float = 0.4) -> Tensor:
+    """:func:`decoherence_length` for each chain from its own draws ``[T, C, K]`` and distance per draw
+    ``[C]``: ``[C]`` float64 on the host."""
+    return torch.tensor([decoherence_length(draws[:, c:c + 1], float(distance_per_draw[c]), factor)
+                         for c in range(draws.shape[1])], dtype=torch.float64)
 
 
 # ------------------------------------------------------------ the window adaptation

@@ -135,8 +135,12 @@ def partial_refresh(u: Tensor, step_size: float, length: float, generator: torch
     return refresh_with(u, keep, noise, torch.randn(u.shape, generator=generator, dtype=u.dtype, device=u.device))
 
 
-def refresh_weights(step_size: float, length: float, dim: int) -> tuple[float, float]:
-    r"""The refresh's weights :math:`c_1` and :math:`c_2 / \sqrt d` (:func:`partial_refresh`), on the host."""
+def refresh_weights(step_size: float | Tensor, length: float | Tensor, dim: int) -> tuple:
+    r"""The refresh's weights :math:`c_1` and :math:`c_2 / \sqrt d` (:func:`partial_refresh`), on the
+    host: numbers, or ``[C]`` float64 tensors where the step size or L is one per chain."""
+    if torch.is_tensor(step_size) or torch.is_tensor(length):
+        c1 = torch.exp(-torch.as_tensor(step_size, dtype=torch.float64) / torch.as_tensor(length, dtype=torch.float64))
+        return c1, (1.0 - c1 * c1).sqrt() / math.sqrt(dim)
     c1 = math.exp(-step_size / length)
     return c1, math.sqrt(1.0 - c1 * c1) / math.sqrt(dim)
 

@@ -198,13 +198,15 @@ def _graphs_on_cpu(monkeypatch, capture=as_is) -> list:
     return made
 
 
-@pytest.mark.parametrize("engine", ["mclmc", "mams"])
-def test_microcanonical_steps_through_a_graph_draw_what_they_drew_without(monkeypatch, engine):
+@pytest.mark.parametrize("engine, options", [("mclmc", {}), ("mclmc", {"pool_chains": False}), ("mams", {})],
+                         ids=["mclmc", "mclmc-per-chain", "mams"])
+def test_microcanonical_steps_through_a_graph_draw_what_they_drew_without(monkeypatch, engine, options):
     """The samplers' graphed path (buffers filled on the host, the refresh's normal draws before
-    each replay) with the stand-in capture on the CPU: the same bits as the eager steps."""
-    without = _microcanonical(engine)
+    each replay; with ``pool_chains=False`` one step size and L per chain) with the stand-in capture
+    on the CPU: the same bits as the eager steps."""
+    without = _microcanonical(engine, **options)
     made = _graphs_on_cpu(monkeypatch)
-    with_graphs = _microcanonical(engine)
+    with_graphs = _microcanonical(engine, **options)
     assert len(made) == 1 and made[0].captures == 1
     assert with_graphs.notes["cuda_graphs"] == f"{engine} steps replayed from 1 captured CUDA graph(s)"
     assert "cuda_graphs" not in without.notes

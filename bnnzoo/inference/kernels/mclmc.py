@@ -26,7 +26,8 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from ..adaptation import ChainVariance, EnergyVarianceStepSize, decoherence_length, within_chain_variance
+from ..adaptation import (ChainEnergyVarianceStepSize, ChainVariance, EnergyVarianceStepSize,
+                          chain_decoherence_lengths, decoherence_length, within_chain_variance)
 from ..isokinetic import (INTEGRATORS, GRADIENTS_PER_STEP, Phase, integrate_amounts, refresh_weights, refresh_with,
                           substep_amounts, unit_normal)
 from ..options import choice, flag, integer, option, optional, positive
@@ -53,11 +54,12 @@ class MCLMCState(NamedTuple):
 
 
 class MCLMCParams(NamedTuple):
-    """What warm-up tunes: the step size, the decoherence length L (both in preconditioned units)
-    and the preconditioner's scales ``[D]`` (the posterior standard deviations)."""
+    """What warm-up tunes: the step size, the decoherence length L (both in preconditioned units;
+    numbers, or ``[C]`` float64 tensors on the host with ``pool_chains=False``) and the
+    preconditioner's scales ``[D]`` (the posterior standard deviations)."""
 
-    step_size: float
-    L: float
+    step_size: float | Tensor
+    L: float | Tensor
     scale: Tensor
 
 
@@ -68,8 +70,21 @@ class MCLMCInfo(NamedTuple):
 
     diverging: Tensor
     energy_error: Tensor
-    step_size: float
+    step_size: float | Tensor
     n_steps: int
+
+
+def on_chains(value, like: Tensor):
+    """A number as it is; a ``[C]`` tensor of the host's numbers (one per chain) as ``[C, 1]`` on
+    ``like``'s device and precision, rounded once there as a number is where it meets a tensor."""
+    return value.to(device=like.device, dtype=like.dtype).reshape(-1, 1) if torch.is_tensor(value) else value
+
+
+def as_buffer(values: list, like: Tensor) -> Tensor:
+    """Numbers (or :func:`on_chains` tensors) as one tensor on ``like``'s device, for a graph's buffer."""
+    if any(torch.is_tensor(v) for v in values):
+        return torch.stack(values)
+    return torch.tensor(values, dtype=like.dtype, device=like.device)
 
 
 def mclmc_update(state: MCLMCState, amounts, scale: Tensor, keep, noise, xi: Tensor, value_and_grad,
@@ -136,15 +151,14 @@ class MCLMCSampler:
         """``steps`` times: one integrator step, then the partial refresh; a chain whose step is not
         finite keeps its position (a counted divergence) and turns back: it refreshes its old
         velocity reversed. The energy error reported is the root mean square over the steps."""
-        dim = state.position.shape[-1]
-        amounts = substep_amounts(params.step_size, dim, self.integrator)
-        keep, noise = refresh_weights(params.step_size, params.L, dim)
+        x = state.position
+        amounts = [on_chains(a, x) for a in substep_amounts(params.step_size, x.shape[-1], self.integrator)]
+        keep, noise = (on_chains(w, x) for w in refresh_weights(params.step_size, params.L, x.shape[-1]))
         square = torch.zeros_like(state.value)
         diverging = torch.zeros_like(state.value, dtype=torch.bool)
-        graph = self.graph(state.position) if self.graph is not None else None
+        graph = self.graph(x) if self.graph is not None else None
         if graph is not None:
-            numbers = functools.partial(torch.tensor, dtype=state.position.dtype, device=state.position.device)
-            out = graph.run({**state._asdict(), "amounts": numbers(amounts), "refresh": numbers([keep, noise]),
+            out = graph.run({**state._asdict(), "amounts": as_buffer(amounts, x), "refresh": as_buffer([keep, noise], x),
                              "scale": params.scale, "xi": torch.empty_like(state.position), "square": square,
                              "diverging": diverging}, self.steps,
                             before=lambda b: b["xi"].normal_(generator=generator))
@@ -153,8 +167,7 @@ class MCLMCSampler:
                         MCLMCInfo(out["diverging"].clone(), (out["square"] / self.steps).sqrt(), params.step_size,
                                   self.steps))
         for _ in range(self.steps):
-            xi = torch.randn(state.position.shape, generator=generator, dtype=state.position.dtype,
-                             device=state.position.device)
+            xi = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
             state, error, finite = mclmc_update(state, amounts, params.scale, keep, noise, xi, self.value_and_grad,
                                                 self.integrator)
             square = square + squared_error(error, finite)
@@ -193,14 +206,24 @@ class MCLMCAdaptation:
        integrator steps per draw)
        (:func:`~bnnzoo.inference.adaptation.decoherence_length`).
 
-    What is switched off by the options keeps its value. All state is plain numbers and tensors.
+    What is switched off by the options keeps its value. With ``pool_chains=False`` each chain tunes
+    its own step size (:class:`~bnnzoo.inference.adaptation.ChainEnergyVarianceStepSize`) and L (from
+    its own draws, :func:`~bnnzoo.inference.adaptation.chain_decoherence_lengths`), as MILE's code
+    tunes each chain; the preconditioner stays one for all. All state is plain numbers and tensors.
     """
 
     def __init__(self, dim: int, desired_energy_var: float, adapt_step_size: bool = True, adapt_L: bool = True,
-                 precondition: bool = True, start_energy_var: float | None = None):
+                 precondition: bool = True, start_energy_var: float | None = None, pool_chains: bool = True):
         self.dim, self.desired_energy_var = int(dim), float(desired_energy_var)
         self.adapt_step_size, self.adapt_L, self.precondition = adapt_step_size, adapt_L, precondition
         self.start_energy_var = None if start_energy_var is None else float(start_energy_var)
+        self.pool_chains = pool_chains
+
+    def step_size_tuner(self, step_size, num_chains: int, target: float):
+        """The step-size tuner: one for all chains, or one per chain (``pool_chains=False``)."""
+        if self.pool_chains:
+            return EnergyVarianceStepSize(step_size, self.dim, target)
+        return ChainEnergyVarianceStepSize(step_size, num_chains, self.dim, target)
 
     def energy_var_target(self, t: int) -> float:
         """The step-size tuner's target at warm-up step ``t``: ``desired_energy_var``, or with
@@ -213,7 +236,10 @@ class MCLMCAdaptation:
     def start(self, sampler: MCLMCSampler, state: MCLMCState, params: MCLMCParams,
               num_steps: int) -> tuple[MCLMCState, MCLMCParams]:
         self.ends = warmup_phases(num_steps, 0.3, 0.3, 0.15, 0.25)
-        self.tuner = EnergyVarianceStepSize(params.step_size, self.dim, self.energy_var_target(0))
+        self.num_chains = state.position.shape[0]
+        self.tuner = self.step_size_tuner(params.step_size, self.num_chains, self.energy_var_target(0))
+        if not self.pool_chains:  # one step size per chain from the first step on
+            params = params._replace(step_size=self.tuner.step_size)
         self.variance = ChainVariance()
         self.columns = tracked_columns(self.dim, state.position.device)
         self.draws: list[Tensor] = []
@@ -241,7 +267,9 @@ class MCLMCAdaptation:
         there are at least 8 draws of them; everything else keeps its value (a gradient budget may end
         warm-up before phase 4, or within it)."""
         if self.adapt_L and len(self.draws) >= 8:
-            params = params._replace(L=decoherence_length(torch.stack(self.draws), self.distance))
+            draws = torch.stack(self.draws)
+            params = params._replace(L=decoherence_length(draws, self.distance) if not torch.is_tensor(self.distance)
+                                     else chain_decoherence_lengths(draws, self.distance))
         self.draws = []
         return params
 
@@ -254,7 +282,7 @@ class MCLMCAdaptation:
         params = params._replace(scale=scale)
         if self.adapt_L:
             params = params._replace(L=math.sqrt(self.dim))
-        self.tuner = EnergyVarianceStepSize(params.step_size, self.dim, self.desired_energy_var)
+        self.tuner = self.step_size_tuner(params.step_size, self.num_chains, self.desired_energy_var)
         return params
 
 
@@ -278,6 +306,8 @@ class MCLMCOptions(BaseOptions):
     diagonal_preconditioning: bool = option(True, "scale each coordinate by its warm-up standard deviation", flag)
     steps_per_draw: int = option(1, "integrator steps per draw (thinning: the draws kept are every k-th point; "
                                  "warm-up counts draws too)", integer(1))
+    pool_chains: bool = option(True, "warm-up pooled over chains: one step size (on the chains' mean energy "
+                               "error) and one L; False: each chain tunes its own, as MILE's code does", flag)
 
 
 class Microcanonical(TransitionKernel):
@@ -310,7 +340,8 @@ class Microcanonical(TransitionKernel):
         self.check_dimension(potential.dim)
 
     def extra_stats(self) -> dict:
-        return {"L": float(self.params.L)}
+        L = self.params.L
+        return {"L": L if torch.is_tensor(L) else float(L)}
 
     def notes(self) -> dict:
         """``gradients_per_step``: what an integrator step (an ``n_steps`` unit) costs in gradients."""
@@ -323,7 +354,10 @@ class Microcanonical(TransitionKernel):
 
     def tuned(self) -> dict:
         """Step size, L and ``inverse_mass_matrix``: the preconditioner's variances ``scale**2``."""
-        return {"step_size": self.params.step_size, "L": self.params.L,
+        def host(v):
+            return v.numpy() if torch.is_tensor(v) else v
+
+        return {"step_size": host(self.params.step_size), "L": host(self.params.L),
                 "inverse_mass_matrix": (self.params.scale ** 2).cpu().numpy()}
 
 
@@ -364,5 +398,5 @@ class MCLMC(Microcanonical):
                             opts.L if opts.L is not None else math.sqrt(dim),
                             torch.ones(dim, **placement(self.potential)))
         adaptation = MCLMCAdaptation(dim, opts.desired_energy_var, opts.adapt_step_size, opts.adapt_L,
-                                     opts.diagonal_preconditioning, opts.start_energy_var)
+                                     opts.diagonal_preconditioning, opts.start_energy_var, opts.pool_chains)
         return sampler, adaptation, start

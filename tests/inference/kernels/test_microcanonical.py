@@ -13,6 +13,7 @@ from torch.distributions.transforms import identity_transform
 
 from bnnzoo.data import load
 from bnnzoo.inference import MAMS, MCLMC, FlatPotential, check_run, run
+from bnnzoo.inference.adaptation import ChainEnergyVarianceStepSize, EnergyVarianceStepSize
 from bnnzoo.inference.isokinetic import GRADIENTS_PER_STEP, INTEGRATORS, Phase, integrate, unit_normal, velocity_update
 from bnnzoo.inference.kernels.mams import MAMSAdaptation, MAMSParams, MAMSSampler, search_step_size, trajectory_steps
 from bnnzoo.models import Bernoulli, BNNSpec, Dense, Gaussian, GaussianLikelihood, Laplace, zoo
@@ -225,6 +226,41 @@ def test_a_start_energy_variance_target_moves_to_the_desired_one_over_phases_one
     assert tuned[0.5] == pytest.approx(tuned[None], rel=0.25)
 
 
+def test_per_chain_tuning_tunes_each_chain_as_the_shared_tuner_tunes_one_chain():
+    """``ChainEnergyVarianceStepSize`` (``pool_chains=False``): each chain's step size is the one the
+    shared tuner gives fed that chain's energy errors alone; a chain whose step was not finite caps its
+    own step size at 0.8 times the one that failed, and no other chain's."""
+    errors = torch.randn(40, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    errors = errors * torch.tensor([0.1, 1.0, 3.0], dtype=torch.float64)
+    per_chain = ChainEnergyVarianceStepSize(0.5, 3, dim=10, target=0.01)
+    alone = [EnergyVarianceStepSize(0.5, 10, 0.01) for _ in range(3)]
+    every = torch.ones(3, dtype=torch.bool)
+    for error in errors:
+        got = per_chain.update(error, every)
+        want = [tuner.update(error[c:c + 1], every[:1]) for c, tuner in enumerate(alone)]
+        torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64))
+    assert got[0] > got[1] > got[2]  # the smaller a chain's errors, the longer its step
+    failed = per_chain.step_size[1].item()
+    per_chain.update(torch.tensor([0.01, math.nan, 0.01], dtype=torch.float64), torch.tensor([True, False, True]))
+    assert per_chain.step_size_max[1].item() == pytest.approx(0.8 * failed)
+    assert per_chain.step_size[1].item() <= 0.8 * failed and torch.isinf(per_chain.step_size_max[[0, 2]]).all()
+
+
+def test_mclmc_with_each_chain_tuned_on_its_own_is_unbiased_at_a_small_target():
+    """``pool_chains=False``: a step size and an L per chain (``[C]`` statistics), and at a small
+    energy-error target no bias the draws can see, as with the shared step size."""
+    kernel, draws = run_kernel(MCLMC, gaussian_target(MEAN, COV), 16, 1500, 500, seed=1,
+                               desired_energy_var=5e-6, pool_chains=False)
+    assert az.ess(((draws.samples["x"] - MEAN) ** 2).sum(-1)) > 1000
+    moment, se = whitened_second_moment(draws.samples["x"])
+    assert abs(1 - moment) < 5 * se
+    step, L = kernel.params.step_size, kernel.params.L
+    assert step.shape == L.shape == (16,) and len(set(step.tolist())) == 16 and (L > 0).all()
+    np.testing.assert_array_equal(draws.sample_stats["step_size"][:, -1], step.numpy())
+    np.testing.assert_array_equal(draws.sample_stats["L"][:, -1], L.numpy())
+    assert kernel.diagnostics()["step_size"].shape == (16,)
+
+
 # ------------------------------------------------------------ faults and bad input
 class HalfNaN(FlatPotential):
     """A standard normal in two dimensions, NaN where x_0 > 1."""
@@ -259,6 +295,7 @@ def test_a_nan_potential_is_a_counted_divergence_and_the_chain_stays_finite(kern
     ("mclmc", {"desired_energy_var": 0.0}, "desired_energy_var"),
     ("mclmc", {"desired_energy_var": -1e-3}, "desired_energy_var"),
     ("mclmc", {"start_energy_var": 0.0}, "start_energy_var"),
+    ("mclmc", {"pool_chains": "no"}, "pool_chains"),
     ("mams", {"target_accept": 1.5}, "target_accept"),
     ("mams", {"max_steps": 0}, "max_steps"),
     ("mams", {"burn_in": 1.0}, "burn_in"),
