@@ -42,10 +42,10 @@ def mile(budget: int, num_members: int = 12, chains_per_member: int = 1, desired
       (``warmup_budget``); sampling the rest, one draw every ``steps_per_draw`` integration steps.
 
     **Why 0.15, where MILE's paper says 0.1.** MILE's tuning comes down to 0.1 in eight stairs over
-    its first 80% and tunes its last step-size phase at about 0.12; and it tunes each chain's own
-    step size, where bnnzoo's chains share one, tuned to their mean energy error. At 0.1 the shared
-    step came out shorter than MILE's median and the test LPPD lower on ``digits_mlp``; at 0.15 it
-    matched MILE's step and LPPD (``benchmarks/results/drift_digits128_recipe*.md``; the
+    its first 80% and tunes its last step-size phase at about 0.12. At 0.1 the step came out shorter
+    than MILE's median and the test LPPD lower on ``digits_mlp``, whether the chains shared one step
+    size or each tuned its own as MILE's code does (``pool_chains=False``: the same median step); at
+    0.15 it matched MILE's step and LPPD (``benchmarks/results/drift_digits128_recipe*.md``; the
     performance page, "Optimise, then sample on digits").
 
     ``num_samples`` and ``warmup_steps`` are the most that the budget could pay for; the run plans
