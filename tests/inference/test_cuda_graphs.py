@@ -116,6 +116,21 @@ def _chees(**changes):
     return run(zoo.cosine_mlp(hidden=5), DATA, **{**options, **changes})
 
 
+def _microcanonical(engine, **changes):
+    options = dict(engine=engine, num_chains=4, num_samples=6, warmup_steps=12, seed=5, progress=False)
+    if engine == "mclmc":
+        options["steps_per_draw"] = 3
+    return run(zoo.cosine_mlp(hidden=5), DATA, **{**options, **changes})
+
+
+#: what each engine's graphed steps are called in ``Run.notes["cuda_graphs"]``
+STEP = {"chees": "leapfrog", "mclmc": "mclmc", "mams": "mams"}
+
+
+def _graphed_engine(engine, **changes):
+    return _chees(**changes) if engine == "chees" else _microcanonical(engine, **changes)
+
+
 def test_chees_through_graphed_trajectories_draws_what_it_drew_without(monkeypatch):
     """The kernel's path (``HMCSampler.trajectory``) with the stand-in capture forced on the CPU."""
     without = _chees()
@@ -143,22 +158,13 @@ def test_chees_through_graphed_trajectories_draws_what_it_drew_without(monkeypat
 @pytest.mark.gpu
 @GPU
 @pytest.mark.parametrize("compile", [False, True])
-def test_chees_on_cuda_draws_the_same_with_and_without_graphs(monkeypatch, compile):
+@pytest.mark.parametrize("engine", ["chees", "mclmc", "mams"])
+def test_engines_on_cuda_draw_the_same_with_and_without_graphs(monkeypatch, engine, compile):
     monkeypatch.setenv(cuda_graphs.ENV, "0")
-    without = _chees(device="cuda", compile=compile)
+    without = _graphed_engine(engine, device="cuda", compile=compile)
     monkeypatch.setenv(cuda_graphs.ENV, "1")
-    captures = []
-    original = GraphedLeapfrog.leapfrog
-
-    def counted(self, *args, **kwargs):
-        out = original(self, *args, **kwargs)
-        captures.append((self.captures, self.failed))
-        return out
-
-    monkeypatch.setattr(GraphedLeapfrog, "leapfrog", counted)
-    with_graphs = _chees(device="cuda", compile=compile)
-    assert captures and all(failed is None for _, failed in captures)
-    assert with_graphs.notes["cuda_graphs"].startswith("leapfrog steps replayed from")
+    with_graphs = _graphed_engine(engine, device="cuda", compile=compile)
+    assert with_graphs.notes["cuda_graphs"].startswith(f"{STEP[engine]} steps replayed from")  # no failed capture
     assert "cuda_graphs" not in without.notes
     for name, draws in without.samples.items():
         np.testing.assert_allclose(with_graphs.samples[name], draws, rtol=1e-4, atol=1e-5)
@@ -166,24 +172,18 @@ def test_chees_on_cuda_draws_the_same_with_and_without_graphs(monkeypatch, compi
 
 @pytest.mark.gpu
 @GPU
-def test_a_checkpointed_run_on_cuda_saves_past_its_graphs_and_resumes(tmp_path):
-    plain = _chees(device="cuda")
-    saved = _chees(device="cuda", checkpoint=tmp_path / "run", checkpoint_every=2)
-    resumed = _chees(device="cuda", checkpoint=tmp_path / "run", resume=True)
-    assert saved.notes["cuda_graphs"].startswith("leapfrog steps replayed from")
+@pytest.mark.parametrize("engine", ["chees", "mclmc"])
+def test_a_checkpointed_run_on_cuda_saves_past_its_graphs_and_resumes(tmp_path, engine):
+    plain = _graphed_engine(engine, device="cuda")
+    saved = _graphed_engine(engine, device="cuda", checkpoint=tmp_path / "run", checkpoint_every=2)
+    resumed = _graphed_engine(engine, device="cuda", checkpoint=tmp_path / "run", resume=True)
+    assert saved.notes["cuda_graphs"].startswith(f"{STEP[engine]} steps replayed from")
     for name, draws in plain.samples.items():
         np.testing.assert_array_equal(saved.samples[name], draws)
         np.testing.assert_array_equal(resumed.samples[name], draws)
 
 
 # ---------------------------------------------------------------- the microcanonical step (GraphedStep)
-def _microcanonical(engine, **changes):
-    options = dict(engine=engine, num_chains=4, num_samples=6, warmup_steps=12, seed=5, progress=False)
-    if engine == "mclmc":
-        options["steps_per_draw"] = 3
-    return run(zoo.cosine_mlp(hidden=5), DATA, **{**options, **changes})
-
-
 def _graphs_on_cpu(monkeypatch, capture=as_is) -> list:
     """Force the runtime's step graph on the CPU with ``capture``; the graphs made are listed."""
     made = []
@@ -242,29 +242,3 @@ def test_a_step_graph_in_a_checkpoint_keeps_no_capture():
     assert back._graphs == {} and back.captures == 1 and back.key == (potential, False, "mclmc step")
     assert back.body.keywords["value_and_grad"].__self__ is potential
 
-
-@pytest.mark.gpu
-@GPU
-@pytest.mark.parametrize("compile", [False, True])
-@pytest.mark.parametrize("engine", ["mclmc", "mams"])
-def test_microcanonical_on_cuda_draws_the_same_with_and_without_graphs(monkeypatch, engine, compile):
-    monkeypatch.setenv(cuda_graphs.ENV, "0")
-    without = _microcanonical(engine, device="cuda", compile=compile)
-    monkeypatch.setenv(cuda_graphs.ENV, "1")
-    with_graphs = _microcanonical(engine, device="cuda", compile=compile)
-    assert with_graphs.notes["cuda_graphs"].startswith(f"{engine} steps replayed from")
-    assert "cuda_graphs" not in without.notes
-    for name, draws in without.samples.items():
-        np.testing.assert_allclose(with_graphs.samples[name], draws, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.gpu
-@GPU
-def test_a_checkpointed_mclmc_run_on_cuda_saves_past_its_graph_and_resumes(tmp_path):
-    plain = _microcanonical("mclmc", device="cuda")
-    saved = _microcanonical("mclmc", device="cuda", checkpoint=tmp_path / "run", checkpoint_every=2)
-    resumed = _microcanonical("mclmc", device="cuda", checkpoint=tmp_path / "run", resume=True)
-    assert saved.notes["cuda_graphs"].startswith("mclmc steps replayed from")
-    for name, draws in plain.samples.items():
-        np.testing.assert_array_equal(saved.samples[name], draws)
-        np.testing.assert_array_equal(resumed.samples[name], draws)
