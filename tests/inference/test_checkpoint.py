@@ -140,6 +140,15 @@ def test_mams_stopped_within_its_burn_in_or_after_it_resumes_bit_identically(tmp
     _stopped_after_a_save_and_resumed(tmp_path, settings, stop_after, monkeypatch, "mams burn-in")
 
 
+@pytest.mark.parametrize("stop_after", [3, 9])
+def test_mclmc_with_each_chain_tuned_stopped_in_or_after_warm_up_resumes_bit_identically(tmp_path, stop_after,
+                                                                                         monkeypatch):
+    """``pool_chains=False``: the per-chain step sizes, their tuner's averages and the per-chain L are
+    warm-up state and parameters that a save within warm-up or after it carries to the resumed run."""
+    settings = {**resume_child.settings("mclmc"), "pool_chains": False}
+    _stopped_after_a_save_and_resumed(tmp_path, settings, stop_after, monkeypatch, "mclmc per chain")
+
+
 # ----------------------------------------------------------------- in-process
 SMALL = dict(num_samples=4, warmup_steps=4, num_chains=2, seed=1)
 
