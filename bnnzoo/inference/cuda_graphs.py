@@ -70,6 +70,12 @@ def capture_failed(owner, what: str, err: Exception) -> None:
                   f"({ENV}=0 skips the attempt)")
 
 
+def graph_notes(owner, what: str) -> dict:
+    """``Run.notes["cuda_graphs"]`` for ``owner`` (its ``failed`` and ``captures``): how ``what`` ran."""
+    return {"cuda_graphs": f"capture failed ({owner.failed}); ran without graphs" if owner.failed else
+            f"{what}s replayed from {owner.captures} captured CUDA graph(s)"}
+
+
 class _Captured:
     """One captured step and its buffers, for one set of shapes."""
 
@@ -160,6 +166,10 @@ class GraphedLeapfrog:
             track_energy.load(g.tracker)
         return g.theta.clone(), g.p.clone(), g.value.clone(), g.grad.clone()
 
+    def notes(self) -> dict:
+        """How the steps ran, for ``Run.notes``."""
+        return graph_notes(self, "leapfrog step")
+
 
 class GraphedStep:
     """A step that reads and writes only a fixed set of named buffers, captured as a CUDA graph
@@ -221,5 +231,4 @@ class GraphedStep:
 
     def notes(self) -> dict:
         """How the steps ran, for ``Run.notes``."""
-        return {"cuda_graphs": f"capture failed ({self.failed}); ran without graphs" if self.failed else
-                f"{self.what}s replayed from {self.captures} captured CUDA graph(s)"}
+        return graph_notes(self, self.what)

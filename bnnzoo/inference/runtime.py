@@ -137,8 +137,4 @@ class LeapfrogRuntime:
         """How the steps ran, for ``Run.notes``: whether CUDA graphs were used."""
         if self.graph is None:  # ran on the CPU, or a potential that cannot be captured
             return {}
-        g = self.graph
-        if isinstance(g, GraphedStep):
-            return g.notes()
-        return {"cuda_graphs": f"capture failed ({g.failed}); ran without graphs" if g.failed else
-                f"leapfrog steps replayed from {g.captures} captured CUDA graph(s)"}
+        return self.graph.notes()
