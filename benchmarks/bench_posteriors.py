@@ -58,7 +58,7 @@ bnnzoo rows are run again.
 
 Usage: ``python benchmarks/bench_posteriors.py [--problems diabetes breast_cancer wine] [--seeds 0 1 2]
 [--members 4] [--chains 2] [--warmup 300] [--budget 60000] [--skip-numpyro] [--skip-blackjax]
-[--methods "blackjax mile" ...] [--device cuda] [--smoke] [--out DIR] [--name posteriors] [--retable]``; ``--methods``
+[--methods "blackjax mile" ...] [--device cuda] [--dtype float64] [--smoke] [--out DIR] [--name posteriors] [--retable]``; ``--methods``
 runs only the methods named and keeps the rows of the others already in the results file.
 """
 
@@ -109,6 +109,8 @@ def settings(args) -> dict:
     out["budget_counting"] = BUDGET_COUNTING
     if str(getattr(args, "device", "cpu")) != "cpu":  # only where set, so that the CPU files stay reusable
         out["device"] = str(args.device)
+    if getattr(args, "dtype", "float32") != "float32":  # likewise
+        out["dtype"] = args.dtype
     return out
 
 
@@ -153,7 +155,7 @@ def bnnzoo_run(problem, engine, seed, args, num_samples, budget=None, warmup=Non
     if engine == "mile recipe" and budget is not None:  # every count from the budget: recipes.mile
         keywords = recipes.mile(budget, num_members=args.members, chains_per_member=args.chains)
         return run(PROBLEMS[problem], load(problem, seed=0), **keywords, seed=seed, progress=False, threads=1,
-                   device=args.device)
+                   device=args.device, dtype=getattr(args, "dtype", None))
     options, steps = {}, args.warmup
     if engine in ("mclmc", "mile recipe"):
         engine = "mclmc"
@@ -162,7 +164,7 @@ def bnnzoo_run(problem, engine, seed, args, num_samples, budget=None, warmup=Non
     return run(PROBLEMS[problem], load(problem, seed=0), engine=engine, warm_start="ensemble",
                num_members=args.members, chains_per_member=args.chains, num_samples=num_samples,
                warmup_steps=warmup, seed=seed, progress=False, threads=1, budget=budget, device=args.device,
-               **options)
+               dtype=getattr(args, "dtype", None), **options)
 
 
 def draw_cap(args) -> int:
@@ -604,6 +606,8 @@ def main(argv=None) -> list[dict]:
                         help="run only these methods (the rows of the others already written are kept)")
     parser.add_argument("--smoke", action="store_true", help="tiny settings on wine, one seed (for tests)")
     parser.add_argument("--retable", action="store_true", help="rewrite the markdown from the JSON, run nothing")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                        help="bnnzoo's members and chains (NumPyro and BlackJAX run in float32)")
     add_device_argument(parser)  # bnnzoo's members and chains; JAX's rows run on JAX's default device
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default=None, help="results file name (default: posteriors, or posteriors_smoke)")
