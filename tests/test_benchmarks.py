@@ -445,3 +445,15 @@ def test_one_core_pins_the_process_for_the_block_and_restores_its_cores(monkeypa
     assert os.sched_getaffinity(0) == before
     with common.one_core(False) as cores:
         assert os.sched_getaffinity(0) == before and cores == "all cores (not pinned)"
+
+
+def test_bench_kinetic_precision_measures_both_forms_of_the_kinetic_change(monkeypatch, tmp_path):
+    """``bench_kinetic_precision`` without ``--runs``: a row per force norm and step size, each form's
+    float32 error against float64, the stable one the smaller in every row; both files written."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    bench = importlib.import_module("bench_kinetic_precision")
+    payload = bench.main(["--out", str(tmp_path)])
+    assert len(payload["substeps"]) == 12 and payload["runs"] == []
+    assert all(row["error_stable"] < row["error_former"] for row in payload["substeps"])
+    assert "| force_norm | step_size |" in (tmp_path / "kinetic_precision.md").read_text()
+    assert json.loads((tmp_path / "kinetic_precision.json").read_text())["substeps"] == payload["substeps"]
