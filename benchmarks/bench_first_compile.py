@@ -18,8 +18,12 @@ fresh process on what the first left (warm). The C++ compiler is reached through
 (``TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS`` 1 or 0; inductor's default is on; ``default``: the
 variable unset, as a user runs), the settings interleaved in each of ``--rounds`` rounds. Each row is written as soon as it is measured.
 
+``--prewarm on off`` runs each setting of bnnzoo's background set-up of inductor
+(:mod:`bnnzoo.inference.prewarm`, ``BNNZOO_PREWARM``), interleaved likewise; the set-up's own compiler
+calls (in its background process) are counted with the process that started it.
+
 Usage: ``python benchmarks/bench_first_compile.py [--model cosine] [--rounds 2] [--header on off default]
-[--note TEXT] [--out DIR] [--name first_compile]``.
+[--prewarm on off] [--note TEXT] [--out DIR] [--name first_compile]``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import stat
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -76,7 +81,15 @@ def calls(log: Path) -> list[tuple[str, float]]:
     return out
 
 
-def measure(model: str, header: str, round_: int) -> list[dict]:
+def wait_for_prewarm(folder: Path, limit: float = 300.0) -> None:
+    """Wait (at most ``limit`` s) until no background set-up (:mod:`bnnzoo.inference.prewarm`) holds its
+    lock under ``folder``'s cache, so that its compiler calls are counted with the process that started it."""
+    start = time.time()
+    while any((folder / "cache" / "prewarm").glob("*.lock")) and time.time() - start < limit:
+        time.sleep(0.2)
+
+
+def measure(model: str, header: str, round_: int, prewarm: str = "on") -> list[dict]:
     """The cold and the warm process of one setting (module docstring)."""
     folder = Path(tempfile.mkdtemp(prefix="bnnzoo-first-compile-"))
     shim, log = folder / "shim", folder / "compiler.log"
@@ -93,36 +106,39 @@ def measure(model: str, header: str, round_: int) -> list[dict]:
     env["PATH"] = f"{shim}{os.pathsep}{env['PATH']}"
     if header != "default":
         env["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"] = "1" if header == "on" else "0"
+    env["BNNZOO_PREWARM"] = "1" if prewarm == "on" else "0"
     command = [sys.executable, str(HERE / "bench_suite.py"), "--probe", model, "chees", "--threads", "1"]
     rows = []
     for phase in ("cold", "warm"):
         seen = len(calls(log))
         (run,) = probe_json(command, HERE.parent, env)
+        wait_for_prewarm(folder)
         made = calls(log)[seen:]
-        row = {"model": model, "header": header, "round": round_, "phase": phase, "wall_s": run["wall_s"],
+        row = {"model": model, "header": header, "prewarm": prewarm, "round": round_, "phase": phase,
+               "wall_s": run["wall_s"],
                "compile_s": run.get("compile_s"), "compiler_calls": len(made),
                "compiler_s": sum(s for _, s in made)}
         for k in KINDS:
             row[f"{k}_s"] = sum(s for c, s in made if c == k)
             row[f"{k}_calls"] = sum(1 for c, _ in made if c == k)
         rows.append(row)
-        print({k: row[k] for k in ("header", "round", "phase", "wall_s", "compile_s", "compiler_s")}, flush=True)
+        print({k: row[k] for k in ("header", "prewarm", "round", "phase", "wall_s", "compile_s", "compiler_s")}, flush=True)
     shutil.rmtree(folder, ignore_errors=True)
     return rows
 
 
 def report(payload: dict) -> str:
     rows = payload["rows"]
-    columns = ["header", "phase", "rounds", "wall_s", "compile_s", "compiler_s", "isa_check_s", "isa_check_calls",
+    columns = ["header", "prewarm", "phase", "rounds", "wall_s", "compile_s", "compiler_s", "isa_check_s", "isa_check_calls",
                "header_s", "kernel_s", "kernel_calls"]
     lines = []
-    for header in dict.fromkeys(r["header"] for r in rows):
+    for setting in dict.fromkeys((r["header"], r.get("prewarm", "off")) for r in rows):
         for phase in ("cold", "warm"):
-            group = [r for r in rows if r["header"] == header and r["phase"] == phase]
+            group = [r for r in rows if (r["header"], r.get("prewarm", "off")) == setting and r["phase"] == phase]
             if not group:
                 continue
-            line = {"header": header, "phase": phase, "rounds": len(group)}
-            for c in columns[3:]:
+            line = {"header": setting[0], "prewarm": setting[1], "phase": phase, "rounds": len(group)}
+            for c in columns[4:]:
                 values = [r[c] for r in group if r.get(c) is not None]
                 line[c] = float(statistics.median(values)) if values else None
             lines.append(line)
@@ -132,7 +148,9 @@ def report(payload: dict) -> str:
             "compile_s: bnnzoo's time in compiling calls; compiler_s: the C++ compiler's calls, by kind "
             "(isa_check: inductor's dry compiles per vector instruction set; header: the precompiled header; "
             "kernel: the graphs' C++ modules). header: inductor's precompiled header on (inductor's default), off, "
-            "or default (the variable unset, as a user runs).")
+            "or default (the variable unset, as a user runs). prewarm: bnnzoo's background set-up of inductor on a free "
+            "core (bnnzoo.inference.prewarm; its compiler calls counted with the process that started it; rows "
+            "measured before it existed: off).")
     text += "\n\n" + markdown_table(lines, columns)
     return text + notes_text(payload)
 
@@ -143,6 +161,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--header", nargs="+", choices=["on", "off", "default"],
                         default=["on", "off"])
+    parser.add_argument("--prewarm", nargs="+", choices=["on", "off"], default=["on", "off"],
+                        help="bnnzoo's background set-up of inductor (BNNZOO_PREWARM), each setting measured")
     parser.add_argument("--note", help="a line for the results' notes (how this run was made)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="first_compile")
@@ -155,11 +175,13 @@ def main(argv=None) -> dict:
         payload["notes"] = payload.get("notes", []) + ([args.note] if args.note else [])
         write_results(args.name, payload, report(payload), out=args.out)
         return payload
-    payload = {"machine": machine(), "settings": {"model": args.model, "rounds": args.rounds, "header": args.header},
+    payload = {"machine": machine(), "settings": {"model": args.model, "rounds": args.rounds, "header": args.header,
+                                                  "prewarm": args.prewarm},
                "load_start": os.getloadavg()[0], "notes": [args.note] if args.note else [], "rows": []}
+    settings = [(h, p) for h in args.header for p in args.prewarm]
     for round_ in range(args.rounds):
-        for header in args.header if round_ % 2 == 0 else args.header[::-1]:
-            payload["rows"].extend(measure(args.model, header, round_))
+        for header, prewarm in settings if round_ % 2 == 0 else settings[::-1]:
+            payload["rows"].extend(measure(args.model, header, round_, prewarm))
             write_results(args.name, payload, report(payload), out=args.out)
     return payload
 

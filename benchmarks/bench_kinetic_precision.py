@@ -44,16 +44,13 @@ STABLE = isokinetic.velocity_update_at_rate
 
 
 def former(u, force, rate):
-    """The velocity update with the kinetic change as bnnzoo computed it before 2026-11-28."""
-    dim = u.shape[-1]
+    """The velocity update with the kinetic change as bnnzoo computed it before 2026-11-28 (the velocity
+    is the same in both forms)."""
+    new, _ = STABLE(u, force, rate)
     norm = torch.linalg.vector_norm(force, dim=-1, keepdim=True).clamp_min(torch.finfo(force.dtype).tiny)
-    ue = (u * force).sum(-1, keepdim=True) / norm
-    delta = norm * rate
+    ue, delta = (u * force).sum(-1, keepdim=True) / norm, norm * rate
     zeta = torch.exp(-delta)
-    one_minus = 1 - zeta
-    new = torch.addcmul(u * (2 * zeta), force, one_minus * (1 + zeta + ue * one_minus) / norm)
-    new = new / torch.linalg.vector_norm(new, dim=-1, keepdim=True)
-    kinetic = (delta - math.log(2.0) + torch.log(1 + ue + (1 - ue) * zeta * zeta)) * (dim - 1)
+    kinetic = (delta - math.log(2.0) + torch.log(1 + ue + (1 - ue) * zeta * zeta)) * (u.shape[-1] - 1)
     return new, kinetic.squeeze(-1)
 
 

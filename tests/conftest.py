@@ -14,13 +14,15 @@ warnings.filterwarnings("ignore", category=FutureWarning, module="arviz")
 @pytest.fixture(scope="session", autouse=True)
 def session_cache(tmp_path_factory):
     """bnnzoo's cache folder in a folder of the session's. The inductor cache stays the persistent
-    one, so a compiling test is no slower than a user's second compile."""
+    one, so a compiling test is no slower than a user's second compile; inductor's background set-up
+    (:mod:`bnnzoo.inference.prewarm`) is off, as that cache is set up already."""
     from bnnzoo.inference import compilation
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR")
                      or str(compilation.cache_dir() / "inductor"))
         patch.setenv("BNNZOO_CACHE", str(tmp_path_factory.mktemp("bnnzoo-cache")))
+        patch.setenv("BNNZOO_PREWARM", "0")  # no background set-up per session (tests/inference/test_prewarm.py)
         yield
 
 

@@ -411,21 +411,23 @@ def test_bench_first_compile_names_each_compiler_call_on_a_fresh_machine(monkeyp
 
     def probe(command, tree, env):  # one compiler call through the wrapper, as inductor would make it
         seen.append({k: env.get(k) for k in ("BNNZOO_CACHE", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR",
-                                              "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS")})
+                                              "TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", "BNNZOO_PREWARM")})
         assert command[-4:] == ["cosine", "chees", "--threads", "1"] and os.path.isdir(env["TMPDIR"])
         subprocess.run(["g++", "--version"], env=env, capture_output=True, check=True)
         return [{"wall_s": 2.0, "compile_s": 1.0}]
 
     monkeypatch.setattr(bench, "probe_json", probe)
-    payload = bench.main(["--rounds", "1", "--header", "off", "default", "--out", str(tmp_path), "--name", "fc"])
+    payload = bench.main(["--rounds", "1", "--header", "off", "default", "--prewarm", "off", "--out", str(tmp_path),
+                          "--name", "fc"])
     assert [(r["header"], r["phase"]) for r in payload["rows"]] == [
         ("off", "cold"), ("off", "warm"), ("default", "cold"), ("default", "warm")]
+    assert {s["BNNZOO_PREWARM"] for s in seen} == {"0"}
     assert all(r["compiler_calls"] == 1 and r["other_calls"] == 1 and r["compiler_s"] > 0 for r in payload["rows"])
     assert [s["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"] for s in seen] == ["0", "0", None, None]
     assert seen[0] == seen[1] and seen[0]["BNNZOO_CACHE"] != seen[2]["BNNZOO_CACHE"]  # warm reuses, a setting not
     assert seen[0]["TMPDIR"].startswith(str(Path(seen[0]["BNNZOO_CACHE"]).parent))
     table = (tmp_path / "fc.md").read_text()
-    assert "| off | cold | 1 | 2 | 1 |" in table and "| default | warm | 1 |" in table
+    assert "| off | off | cold | 1 | 2 | 1 |" in table and "| default | off | warm | 1 |" in table
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no sched_setaffinity here")

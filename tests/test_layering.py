@@ -199,9 +199,10 @@ def test_layer_table_covers_every_module():
 RUNNERS = ("bnnzoo.inference.runtime", "bnnzoo.inference.kernels", "bnnzoo.inference.engines",
            "bnnzoo.inference.mcmc", "bnnzoo.inference.vi", "bnnzoo.inference.checkpoint")
 #: ... and the runtime's services, which run what they are given (threads, compile="auto", the
-#: potential's torch.compile graphs, CUDA graphs, traced graphs of a Pyro model's potential)
+#: potential's torch.compile graphs, CUDA graphs, traced graphs of a Pyro model's potential, inductor's
+#: background set-up)
 RUNTIME_SERVICES = ("bnnzoo.inference.threads", "bnnzoo.inference.compilation", "bnnzoo.inference.compiled_graphs",
-                    "bnnzoo.inference.cuda_graphs", "bnnzoo.inference.traced_graphs")
+                    "bnnzoo.inference.cuda_graphs", "bnnzoo.inference.traced_graphs", "bnnzoo.inference.prewarm")
 #: importer (a module or a package) -> what it never imports
 INFERENCE_NEVER = {
     "bnnzoo.inference.potential": RUNNERS,

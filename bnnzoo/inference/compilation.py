@@ -185,6 +185,7 @@ class AutoCompile:
         self._steps: list[int] = []  # leapfrog steps of the last PROBE transitions
         self.multi_step = multi_step  # the kernel runs the compiled four-step graph (assumed_speedup)
         self.unit = unit  # what observe() counts, one gradient each: the note's word for it
+        self.prewarm: str | None = None  # the line of inductor's background set-up (bnnzoo.inference.prewarm)
         if not getattr(potential, "analytic", False):
             self.decision = "auto: eager (the model has no analytic gradient to compile)"
         elif not getattr(potential, "compilable", True):

@@ -24,6 +24,7 @@ from ..potential import BNNPotential, FlatPotential, initial_theta, make_potenti
 from ..adaptation import mass_windows
 from ..budget import BudgetMeter
 from ..checkpoint import Checkpoint
+from .. import prewarm
 from ..compilation import PROBE, AutoCompile
 from ..mcmc import MCMC
 from ..progress import ProgressLines, use_bar
@@ -136,6 +137,8 @@ def _record_compile_time(draws: Draws, potential: FlatPotential, policy: AutoCom
     if policy is not None:
         policy.finish()
         draws.notes["compile"] = policy.note()
+        if policy.prewarm is not None:
+            draws.notes["compile_prewarm"] = policy.prewarm
     if getattr(potential, "compile", False):
         draws.compile_seconds = potential.compile_seconds
         draws.notes["compile_seconds"] = potential.compile_seconds
@@ -157,8 +160,11 @@ def _auto_compile(kernel, potential: FlatPotential, warmup_steps: int, num_sampl
     decide_at = (windows[0][1] if windows else 1) + PROBE
     multi_step = getattr(kernel, "multi_step_graph", False)
     limit = None if budget is None else max(budget.budget - budget.spent, 0) / num_chains
-    return AutoCompile(potential, (warmup_steps + num_samples) * runs, decide_at, multi_step=multi_step,
-                       unit=getattr(kernel, "gradient_unit", "leapfrog steps"), gradient_limit=limit)
+    policy = AutoCompile(potential, (warmup_steps + num_samples) * runs, decide_at, multi_step=multi_step,
+                         unit=getattr(kernel, "gradient_unit", "leapfrog steps"), gradient_limit=limit)
+    if policy.decision is None:  # it may compile: inductor's one-time set-up can start on a free core
+        policy.prewarm = prewarm.start(getattr(potential, "device", None))
+    return policy
 
 
 def _progress(engine, progress: bool, warmup_steps: int, num_samples: int, chains: int) -> dict:

@@ -1,0 +1,121 @@
+"""Inductor's one-time set-up on a fresh machine, paid by a background process on a free core.
+
+The first ``torch.compile`` on the CPU of a machine pays for what later ones find on disk: inductor's
+dry compiles that check the processor's vector instruction sets and the build of its precompiled
+C++ header (together about 13 of a cold compile's 23 s on this project's 2-core machine, against 5 s
+warm: ``benchmarks/results/first_compile.md``). A run whose ``compile="auto"`` may compile starts,
+at most once per machine and torch version, one background process (:func:`main`, at the lowest
+priority) that compiles a small function and so leaves both on disk, in the same inductor cache
+folder, while the run takes its first, eager, steps on its own thread. When the run decides to
+compile, it finds them there; inductor's file locks make a compile that starts before the
+background process is done wait for, or repeat, the same work, never use half of it.
+
+It starts only where it can help and cost nothing: a run on the CPU, a C++ compiler on the PATH, a
+core this process's threads leave free (``os.sched_getaffinity`` against torch's thread count),
+no marker of a finished set-up (:func:`marker`) and no other set-up under way; ``BNNZOO_PREWARM=0``
+turns it off. What a compiled graph computes does not depend on it: the instruction set checked is
+the machine's either way, so the draws are the same with and without it. The run's
+``Run.notes["compile_prewarm"]`` says whether it started one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .compilation import cache_dir, compiler_available, use_persistent_inductor_cache
+
+__all__ = ["ENV", "marker", "reason_not_to_start", "start"]
+
+#: the environment variable that turns the background set-up off ("0")
+ENV = "BNNZOO_PREWARM"
+#: seconds after which a set-up that left its lock but no marker is taken for dead
+STALE_SECONDS = 600.0
+
+_started: subprocess.Popen | None = None
+
+
+def marker() -> Path:
+    """The file a finished set-up leaves (per torch version, in bnnzoo's cache folder)."""
+    return cache_dir() / "prewarm" / f"done-torch-{torch.__version__}"
+
+
+def _lock() -> Path:
+    return marker().with_name(marker().name + ".lock")
+
+
+def free_cores() -> int:
+    """Cores this process may use that torch's threads leave free."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return cores - torch.get_num_threads()
+
+
+def reason_not_to_start(device: torch.device | str | None = None) -> str | None:
+    """Why no background set-up starts now (None: it may start)."""
+    if os.environ.get(ENV, "1") == "0":
+        return f"{ENV}=0"
+    if torch.device(device or "cpu").type != "cpu":
+        return "not a CPU run"
+    if _started is not None:
+        return "started earlier in this process"
+    if marker().exists():
+        return "done on this machine earlier"
+    lock = _lock()
+    if lock.exists() and time.time() - lock.stat().st_mtime < STALE_SECONDS:
+        return "under way in another process"
+    if free_cores() < 1:
+        return "no core free of this run's threads"
+    if not compiler_available():
+        return "no C++ compiler"
+    return None
+
+
+def start(device: torch.device | str | None = None) -> str:
+    """Start the background set-up where :func:`reason_not_to_start` allows; the line for the run's notes."""
+    global _started
+    reason = reason_not_to_start(device)
+    if reason is not None:
+        return f"not started ({reason})"
+    use_persistent_inductor_cache()  # the child inherits the cache folder the run's compile will use
+    lock = _lock()
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if lock.exists() and time.time() - lock.stat().st_mtime >= STALE_SECONDS:
+            lock.unlink(missing_ok=True)  # left by a set-up that died
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return "not started (under way in another process)"
+    os.close(fd)
+    _started = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ))
+    return f"started a background process (pid {_started.pid}) for inductor's one-time set-up"
+
+
+def main(nice: int = 19) -> None:
+    """The background set-up: at priority ``nice`` (the lowest by default: on a busy machine it waits),
+    compile a small function (inductor checks the instruction sets and builds its header on the way),
+    then leave the marker and drop the lock."""
+    try:
+        os.nice(nice)
+    except OSError:
+        pass
+    torch.set_num_threads(1)
+    use_persistent_inductor_cache()
+    try:
+        compiled = torch.compile(lambda x: torch.tanh(x @ x.T).sum(-1), dynamic=False)
+        compiled(torch.randn(8, 8))
+        marker().write_text(f"torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    finally:
+        _lock().unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()
