@@ -39,6 +39,7 @@ with a one-line notice. The decision and its numbers (all modeled, none measured
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import warnings
 from pathlib import Path
@@ -50,7 +51,7 @@ from .threads import work_per_gradient
 
 __all__ = ["ASSUMED_SPEEDUP", "ASSUMED_SPEEDUP_SMALL", "AutoCompile", "CHOICES", "COMPILE_SECONDS",
            "DISPATCH_BOUND_WORK", "PROBE", "assumed_speedup", "cache_dir", "check_compile", "compiler_available",
-           "modeled_step_seconds", "pays_back"]
+           "modeled_step_seconds", "one_isa_check", "pays_back"]
 
 #: the values of ``compile``
 CHOICES = (True, False, "auto")
@@ -113,6 +114,46 @@ def use_persistent_inductor_cache() -> None:
     own default (a folder in the system's temporary directory) into the environment at its
     first compile, after which this would change nothing."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+
+
+def _best_x86_isa():
+    """The widest of inductor's x86 vector instruction sets the processor reports (None: none, or not x86)."""
+    from torch._inductor import cpu_vec_isa
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    reported = cpu_vec_isa.x86_isa_checker()
+    return next((isa for isa in cpu_vec_isa.supported_vec_isa_list
+                 if all(flag in reported for flag in str(isa).split())), None)
+
+
+def one_isa_check(device: torch.device | str = "cpu"):
+    """A context for bnnzoo's compiles on ``device`` in which inductor checks one instruction set, not each.
+
+    Before its first CPU kernel inductor dry-compiles a small program for every vector instruction set
+    the processor reports (six compiler calls, 6.5 to 8 s on this project's machine with an empty
+    cache: ``benchmarks/results/first_compile.md``). Here only the widest is built; where it builds,
+    the compiler builds the narrower ones as well, and inductor is told so (its ``cpp.vec_isa_ok``)
+    for the compile: it then picks the instruction set it would have picked after all six, so the
+    compiled graphs and the draws are the same. Where the widest does not build, or the user set
+    ``TORCHINDUCTOR_VEC_ISA_OK``, or on another processor family, inductor checks as it always does;
+    a compile for a GPU needs no check (nothing changes)."""
+    import contextlib
+
+    from torch._inductor import config
+
+    if torch.device(device).type != "cpu":
+        return contextlib.nullcontext()
+    if os.environ.get("TORCHINDUCTOR_VEC_ISA_OK") is not None or config.cpp.vec_isa_ok is not None:
+        return contextlib.nullcontext()
+    best = _best_x86_isa()
+    if best is None:
+        return contextlib.nullcontext()
+    from torch._inductor.cpu_vec_isa import VecISA
+
+    if not best.check_build(VecISA._avx_code):  # kept on disk: a later process reads it
+        return contextlib.nullcontext()
+    return config.patch({"cpp.vec_isa_ok": True})
 
 
 def pays_back(rest_seconds: float, compile_seconds: float = COMPILE_SECONDS, speedup: float = ASSUMED_SPEEDUP) -> bool:

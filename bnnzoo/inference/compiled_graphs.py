@@ -33,7 +33,7 @@ import warnings
 
 import torch
 
-from .compilation import use_persistent_inductor_cache
+from .compilation import one_isa_check, use_persistent_inductor_cache
 from .integrators import kinetic_energy, leapfrog_step
 
 __all__ = ["CompiledGraphs", "GRAPHS", "RECOMPILE_LIMIT", "UNROLL", "compiled", "leapfrog_steps",
@@ -171,7 +171,8 @@ class CompiledGraphs:
             # the graphs are shared by every potential of the process, and dynamo keeps at most
             # recompile_limit (8) variants of one function before it runs it eagerly, silently: one
             # process sampling nine networks would run the ninth uncompiled, 5x slower
-            with torch._dynamo.config.patch(recompile_limit=max(RECOMPILE_LIMIT, torch._dynamo.config.recompile_limit)):
+            with torch._dynamo.config.patch(recompile_limit=max(RECOMPILE_LIMIT, torch._dynamo.config.recompile_limit)), \
+                    one_isa_check(args[0].device):
                 out = _flushing_denormals(compiled(name), self.potential, *args)
         except Exception as err:
             if not self.fallback:

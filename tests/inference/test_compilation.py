@@ -400,3 +400,39 @@ def test_the_gradient_graph_called_once_is_not_compiled(monkeypatch):
         torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-5 * float(c.abs().max()))  # float32 rounding apart
     potential.leapfrog_step(theta, torch.zeros_like(theta), first[1], 1e-3, torch.ones(potential.dim))
     assert compiled == ["value_and_grad", "leapfrog_step"]
+
+
+# ------------------------------------------------- one instruction-set check (one_isa_check)
+@needs_compiler
+def test_one_isa_check_picks_what_every_check_would(monkeypatch):
+    """Inside the context inductor takes the instruction sets the processor reports as built (one
+    dry compile, the widest's): it finds the same ones, and picks the same one, as after a dry
+    compile of each; outside, its setting is as before."""
+    from torch._inductor import config
+    from torch._inductor import cpu_vec_isa
+
+    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
+    every = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list.__wrapped__()]
+    with compilation.one_isa_check("cpu"):
+        if compilation._best_x86_isa() is not None:
+            assert config.cpp.vec_isa_ok is True
+        one = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list.__wrapped__()]
+    assert one == every
+    assert config.cpp.vec_isa_ok is None
+
+
+def test_one_isa_check_leaves_inductor_alone_where_it_cannot_vouch(monkeypatch):
+    from torch._inductor import config
+
+    for device in ("cuda", "meta"):
+        with compilation.one_isa_check(device):
+            assert config.cpp.vec_isa_ok is None
+    best = compilation._best_x86_isa()
+    if best is not None:  # the widest set does not build: every set is checked, as inductor does
+        monkeypatch.setattr(type(best), "check_build", lambda self, code: False)
+        with compilation.one_isa_check("cpu"):
+            assert config.cpp.vec_isa_ok is None
+        monkeypatch.undo()
+    monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "0")  # the user's choice stands
+    with compilation.one_isa_check("cpu"):
+        assert config.cpp.vec_isa_ok is None
