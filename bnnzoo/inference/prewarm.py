@@ -102,19 +102,23 @@ def start(device: torch.device | str | None = None) -> str:
 def main(nice: int = 19) -> None:
     """The background set-up: at priority ``nice`` (the lowest by default: on a busy machine it waits),
     compile a small function (inductor checks the instruction sets and builds its header on the way),
-    then leave the marker and drop the lock."""
+    then leave the marker (with the outcome: a failed compile is not tried again) and drop the lock."""
     try:
         os.nice(nice)
     except OSError:
         pass
     torch.set_num_threads(1)
     use_persistent_inductor_cache()
+    outcome = "done"
     try:
         compiled = torch.compile(lambda x: torch.tanh(x @ x.T).sum(-1), dynamic=False)
         with one_isa_check("cpu"):  # as the run's compile checks: the same files on disk
             compiled(torch.randn(8, 8))
-        marker().write_text(f"torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    except Exception as err:  # a machine where compiling fails: the runs' own compiles fall back and say why
+        outcome = f"failed ({type(err).__name__}: {err})"
     finally:
+        # the marker either way, so that no later run starts the set-up again
+        marker().write_text(f"torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M:%S')}: {outcome}\n")
         _lock().unlink(missing_ok=True)
 
 

@@ -99,5 +99,19 @@ def test_the_background_process_compiles_leaves_its_marker_and_drops_its_lock(tm
     lock.write_text("")
     subprocess.run([sys.executable, "-c", "from bnnzoo.inference import prewarm; prewarm.main(nice=0)"], env=env,
                    check=True, timeout=600)
-    assert (tmp_path / "cache" / "prewarm" / f"done-torch-{torch.__version__}").read_text().startswith("torch ")
+    assert (tmp_path / "cache" / "prewarm" / f"done-torch-{torch.__version__}").read_text().endswith(": done\n")
     assert not lock.exists()
+
+
+def test_a_failed_set_up_is_marked_and_not_tried_again(fresh, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler today")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    lock = prewarm.marker().with_name(prewarm.marker().name + ".lock")
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")
+    prewarm.main(nice=0)
+    assert prewarm.marker().read_text().endswith(": failed (RuntimeError: no compiler today)\n")
+    assert not lock.exists()
+    assert prewarm.reason_not_to_start("cpu") == "done on this machine earlier"
