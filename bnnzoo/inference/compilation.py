@@ -38,6 +38,7 @@ with a one-line notice. The decision and its numbers (all modeled, none measured
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import shutil
@@ -146,14 +147,19 @@ def one_isa_check(device: torch.device | str = "cpu"):
         return contextlib.nullcontext()
     if os.environ.get("TORCHINDUCTOR_VEC_ISA_OK") is not None or config.cpp.vec_isa_ok is not None:
         return contextlib.nullcontext()
-    best = _best_x86_isa()
-    if best is None:
-        return contextlib.nullcontext()
-    from torch._inductor.cpu_vec_isa import VecISA
-
-    if not best.check_build(VecISA._avx_code):  # kept on disk: a later process reads it
+    if not _widest_isa_builds():
         return contextlib.nullcontext()
     return config.patch({"cpp.vec_isa_ok": True})
+
+
+@functools.cache
+def _widest_isa_builds() -> bool:
+    """Whether the widest reported instruction set (:func:`_best_x86_isa`) builds: one dry compile a
+    machine (inductor keeps it on disk), and one look a process (a run compiles several graphs)."""
+    from torch._inductor.cpu_vec_isa import VecISA
+
+    best = _best_x86_isa()
+    return best is not None and best.check_build(VecISA._avx_code)
 
 
 def pays_back(rest_seconds: float, compile_seconds: float = COMPILE_SECONDS, speedup: float = ASSUMED_SPEEDUP) -> bool:

@@ -430,9 +430,11 @@ def test_one_isa_check_leaves_inductor_alone_where_it_cannot_vouch(monkeypatch):
     best = compilation._best_x86_isa()
     if best is not None:  # the widest set does not build: every set is checked, as inductor does
         monkeypatch.setattr(type(best), "check_build", lambda self, code: False)
+        compilation._widest_isa_builds.cache_clear()
         with compilation.one_isa_check("cpu"):
             assert config.cpp.vec_isa_ok is None
         monkeypatch.undo()
+        compilation._widest_isa_builds.cache_clear()
     monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "0")  # the user's choice stands
     with compilation.one_isa_check("cpu"):
         assert config.cpp.vec_isa_ok is None
