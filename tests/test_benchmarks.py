@@ -459,3 +459,30 @@ def test_bench_kinetic_precision_measures_both_forms_of_the_kinetic_change(monke
     assert all(row["error_stable"] < row["error_former"] for row in payload["substeps"])
     assert "| force_norm | step_size |" in (tmp_path / "kinetic_precision.md").read_text()
     assert json.loads((tmp_path / "kinetic_precision.json").read_text())["substeps"] == payload["substeps"]
+
+
+def test_build_references_mile_engine_writes_a_reference_and_a_row_naming_its_settings(monkeypatch, tmp_path):
+    """``build_references --engine mile`` (the digits reference's engine) on wine at a tiny budget: the
+    reference file is written, the row names its engine, settings and machine, keeps the rows of other
+    problems, and ``--retable`` rewrites the table from the JSON alone."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    bench = importlib.import_module("build_references")
+    refs, results = tmp_path / "pkg" / "data" / "references", tmp_path / "results"
+    results.mkdir()
+    (results / "references.json").write_text(json.dumps({"rows": [{"problem": "diabetes", "settings": "s",
+                                                                    "measured": "m"}], "notes": ["kept"]}))
+    monkeypatch.setattr(bench, "REFERENCE_DIR", refs)
+    monkeypatch.setattr(bench, "RESULTS", results)
+    bench.main(["--problems", "wine", "--engine", "mile", "--members", "2", "--chains", "1", "--budget", "6000",
+                "--steps-per-draw", "2"])
+    assert (refs / "wine.npz").exists()
+    rows = json.loads((results / "references.json").read_text())["rows"]
+    assert [r["problem"] for r in rows] == ["diabetes", "wine"]
+    row = rows[1]
+    assert row["engine"] == "mile" and row["members"] == 2 and row["draws_per_chain"] > 0 and row["warmup"] > 0
+    assert "budget 6000 gradient evaluations" in row["settings"] and "CPUs" in row["measured"]
+    assert 0 < row["grad_evals"] <= 6000
+    (results / "references.md").unlink()
+    bench.main(["--retable"])
+    text = (results / "references.md").read_text()
+    assert "| wine | wine_mlp | mile |" in text and "Note: kept" in text and "- wine: mile on wine_mlp" in text
