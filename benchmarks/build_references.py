@@ -28,7 +28,7 @@ problem written as soon as it finishes.
 
 Usage: ``python benchmarks/build_references.py [--problems diabetes breast_cancer wine] [--members 6]
 [--chains 2] [--warmup 300] [--draws 600] [--predictive-draws 400] [--seed 0]``; digits:
-``--problems digits --engine mile --members 6 --chains 1 --budget 1400000 --warmup-share 0.3
+``--problems digits --engine mile --members 6 --chains 1 --budget 1200000 --warmup-share 0.3
 --steps-per-draw 50``.
 """
 
@@ -154,7 +154,7 @@ def main(argv=None) -> None:
     parser.add_argument("--max-rhat", type=float, default=1.05, help="within-member R-hat of a converged reference")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--engine", choices=ENGINES, default="batched_nuts")
-    parser.add_argument("--budget", type=int, default=1_400_000, help="mile: gradient evaluations of the run")
+    parser.add_argument("--budget", type=int, default=1_200_000, help="mile: gradient evaluations of the run")
     parser.add_argument("--warmup-share", type=float, default=0.3, help="mile: tuning's share after the members")
     parser.add_argument("--steps-per-draw", type=int, default=50, help="mile: thinning")
     parser.add_argument("--retable", action="store_true", help="rewrite references.md from references.json")
