@@ -86,15 +86,16 @@ def test_a_reference_of_other_inputs_or_task_is_refused(bernoulli_run, rwmh_run)
         scorecard(bernoulli_run, reference=ref)
 
 
-@pytest.mark.parametrize("problem, task, width", [("diabetes", "regression", 10),
-                                                  ("breast_cancer", "classification", 30),
-                                                  ("wine", "classification", 13)])
-def test_the_shipped_references_belong_to_their_data_sets(problem, task, width):
+@pytest.mark.parametrize("problem, task, width, engine", [("diabetes", "regression", 10, "batched_nuts"),
+                                                          ("breast_cancer", "classification", 30, "batched_nuts"),
+                                                          ("wine", "classification", 13, "batched_nuts"),
+                                                          ("digits", "classification", 64, "mile")])
+def test_the_shipped_references_belong_to_their_data_sets(problem, task, width, engine):
     from bnnzoo.data import load
 
     ref = load_reference(problem)
     data = load(problem)
-    assert ref.problem == problem and ref.task == task and "batched_nuts" in ref.source
+    assert ref.problem == problem and ref.task == task and ref.source.startswith(f"{engine} on ")
     np.testing.assert_allclose(ref.x, data.x_test.numpy(), rtol=0, atol=1e-6)
     np.testing.assert_array_equal(ref.y, data.y_test.numpy())
     assert ref.x.shape == (data.n_test, width)
