@@ -574,15 +574,18 @@ def report(rows: list[dict], payload: dict) -> str:
     return "".join(text)
 
 
-def write(out: Path, name: str, rows: list[dict], payload: dict) -> None:
+def write(out: Path, name: str, rows: list[dict], payload: dict, tables=None) -> None:
+    """The rows on disk: ``<name>.json`` and its markdown, ``tables(rows, payload)`` (default :func:`report`)."""
     payload["machine"]["load"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
     payload["rows"] = rows
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(payload, indent=2, default=str))
-    (out / f"{name}.md").write_text(report(rows, payload))
+    (out / f"{name}.md").write_text((tables or report)(rows, payload))
 
 
-def main(argv=None) -> list[dict]:
+def main(argv=None, tables=None) -> list[dict]:
+    """The benchmark (module docstring); ``tables``: what writes the markdown from the rows and the
+    payload (default :func:`report`; bench_suite's optimise-then-sample part passes its own)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", nargs="+", default=["diabetes", "breast_cancer", "wine"],
                         choices=sorted(PROBLEMS))
@@ -619,15 +622,15 @@ def main(argv=None) -> list[dict]:
     name = args.name or ("posteriors_smoke" if args.smoke else "posteriors")
     if args.retable:
         payload = json.loads((args.out / f"{name}.json").read_text())
-        (args.out / f"{name}.md").write_text(report(payload["rows"], payload))
+        (args.out / f"{name}.md").write_text((tables or report)(payload["rows"], payload))
         return payload["rows"]
     torch.set_num_threads(1)
     with one_core(not args.smoke) as cores:
-        return measure(args, name, cores)
+        return measure(args, name, cores, tables)
 
 
-def measure(args, name: str, cores: str) -> list[dict]:
-    """The rows of :func:`main`'s run, each written as soon as it is measured."""
+def measure(args, name: str, cores: str, tables=None) -> list[dict]:
+    """The rows of :func:`main`'s run, each written as soon as it is measured (markdown: ``tables``)."""
     selected = set(args.methods or METHODS)
     notes = ["NumPyro's wall time includes the members' fits and JAX's compilation of its warm-up and sampling "
              "(a fresh MCMC per seed); bnnzoo's includes the members' fits."]
@@ -693,7 +696,7 @@ def measure(args, name: str, cores: str) -> list[dict]:
                 if (problem, row["method"], seed) not in done:
                     rows.append(row)
                     done.add((problem, row["method"], seed))
-                    write(args.out, name, rows, payload)
+                    write(args.out, name, rows, payload, tables)
                     print(f"{problem} seed {seed} {row['method']}: lppd {row['lppd']:.4f}, tv {row['tv']:.4f}, "
                           f"R-hat within {row['rhat_f_within']:.3f}, {row['grad_total']} grads, "
                           f"{row['wall_s']:.1f} s", flush=True)
@@ -708,10 +711,10 @@ def measure(args, name: str, cores: str) -> list[dict]:
                 row = make()
                 rows.append(row)
                 done.add((problem, method, seed))
-                write(args.out, name, rows, payload)
+                write(args.out, name, rows, payload, tables)
                 print(f"{problem} seed {seed} {method}: lppd {row['lppd']:.4f}, tv {row['tv']:.4f}, "
                       f"{row['grad_total']} grads, {row['wall_s']:.1f} s", flush=True)
-    write(args.out, name, rows, payload)
+    write(args.out, name, rows, payload, tables)
     return rows
 
 

@@ -5,9 +5,9 @@ Models (``--models``): ``cosine`` (bench_sampling's 1-50-1 tanh MLP), ``diabetes
 (``breast_cancer_mlp``, 30-16-1 tanh, Bernoulli), ``eight_schools`` (non-centred) and
 ``logistic`` (Bayesian logistic regression on breast cancer) as plain Pyro models
 (``pyro_models.py``), and ``learned_noise`` (bench_learned_noise's 10-32-16-1 tanh network with a
-Laplace prior and a learned noise variance, 442 generated rows). The digits MLP is not in the suite:
-nothing converges on it from the prior, and its optimise-then-sample runs are judged within each
-member, not by this gate (``bench_posteriors.py``, ``bench_drift.py``).
+Laplace prior and a learned noise variance, 442 generated rows). The digits MLP is not in this
+table: nothing converges on it from the prior; the ``posteriors`` part below runs it with
+optimise-then-sample.
 
 Engines (``--engines``): ``chees`` (bnnzoo's default engine, ``--chains`` vectorized chains), any
 other bnnzoo engine by name (``mams``, ``batched_nuts``, ...; BNN models only), ``numpyro``
@@ -35,6 +35,19 @@ run stopped midway keeps its rows, and ``--resume`` skips the rows already there
   then the same run in a second fresh process on the record and caches the first one left (warm);
   NumPyro's first run in a fresh process (its JIT included) and a second run in that process
   (warm); on ``--cold-models``.
+* ``posteriors`` -> ``NAME_posteriors.{json,md}``: optimise-then-sample on ``--posterior-problems``
+  (default: the digits MLP, ``digits_mlp``, 26k parameters), run by ``bench_posteriors.py``: the same
+  ``--posterior-members`` ensemble members (4) for every method, ``--posterior-chains`` chains a member
+  (2) for bnnzoo's, one gradient budget for every stage (``--posterior-budget``, 60 000), and the
+  methods of ``--posterior-methods``: the members alone, bnnzoo's MILE recipe and ``mams``, NumPyro's
+  NUTS started from the members (on ``--posterior-numpyro-budget``, 425 000, because on the digits MLP
+  its warm-up trees reach NUTS's depth cap and spend more than the run's budget) and BlackJAX's MILE.
+  Its gate is the same, applied within each member (a multimodal posterior's chains are judged in
+  their mode): the largest within-member split R-hat of the predictions at the test inputs <= 1.1 and
+  the smallest within-member ESS >= 100; ESS/s counts the members' fits in the wall time. The table
+  also gives LPPD, accuracy (RMSE), the total variation to the stored reference predictive and the
+  seconds per thousand gradients; bench_posteriors' own report of the same rows follows it. Seeds:
+  ``--seeds``; bench_posteriors keeps finished rows under the same settings with ``--resume``.
 
 The main process starts bnnzoo's compile record and inductor cache empty as well (a fresh folder),
 so seed 0 of each model pays bnnzoo's compiling where ``compile="auto"`` compiles, as every NumPyro
@@ -43,7 +56,7 @@ XLA thread, which does not hold XLA's large matrix products to one core (``commo
 script does not pin its processes).
 
 Usage: ``python benchmarks/bench_suite.py [--models ...] [--engines chees numpyro blackjax_chees
-blackjax_mams] [--seeds 3] [--draws 1000] [--warmup 500] [--parts table chains cold] [--smoke]
+blackjax_mams] [--seeds 3] [--draws 1000] [--warmup 500] [--parts table chains cold posteriors] [--smoke]
 [--skip-jax] [--resume] [--note TEXT] [--out DIR] [--name suite] [--retable]``.
 """
 
@@ -54,6 +67,7 @@ import os
 import argparse  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -67,10 +81,11 @@ sys.path.insert(0, str(HERE))
 from common import XLA_ONE_THREAD  # noqa: E402
 
 os.environ.setdefault("XLA_FLAGS", XLA_ONE_THREAD)  # one thread for JAX too, before JAX is imported
+import bench_posteriors as bp  # noqa: E402
 import bench_pyro_vectorized as pyro_bench  # noqa: E402
 import bench_sampling as bs  # noqa: E402
 from bench_learned_noise import problem as learned_noise_problem  # noqa: E402
-from common import RESULTS, fresh_machine_env, machine, markdown_table, notes_text, probe_json, write_results  # noqa: E402
+from common import PROBLEMS, RESULTS, fresh_machine_env, machine, markdown_table, notes_text, probe_json, write_results  # noqa: E402
 
 from bnnzoo.data.datasets import Dataset  # noqa: E402
 from bnnzoo.inference import ENGINES  # noqa: E402
@@ -82,9 +97,12 @@ MODELS = {"cosine": "bnn", "diabetes": "bnn", "breast_cancer": "bnn", "eight_sch
 PYRO_NAMES = {"eight_schools": "eight schools", "logistic": "logistic regression"}
 JAX_ENGINES = ("numpyro", "blackjax_chees", "blackjax_mams")
 DEFAULT_ENGINES = ["chees", *JAX_ENGINES]
-NOTES = ("The digits MLP is not in the suite: no engine converges on it from the prior within this gate's "
-         "budget; it is measured with optimise-then-sample (ensemble members, then chains judged within each "
-         "member) by bench_posteriors.py and bench_drift.py (posteriors_digits.md, drift_digits*.md).")
+NOTES = ("The digits MLP is not in this table: no engine converges on it from the prior within this gate's "
+         "budget; the suite's posteriors part (suite_posteriors.md) measures it with optimise-then-sample "
+         "(ensemble members, then chains judged within each member).")
+#: the posteriors part's methods (bench_posteriors' names): bnnzoo's pipelines, the members alone,
+#: NumPyro's NUTS and BlackJAX's MILE started from the same members
+POSTERIOR_METHODS = ["ensemble", "bnnzoo mile recipe", "bnnzoo mams", "numpyro nuts", "blackjax mile"]
 
 
 def bench(model: str) -> bs.Bench:
@@ -257,7 +275,81 @@ def cold_report(payload: dict) -> str:
                    f"passing: the gate, cold/warm. {GATE}" + notes_text(payload))
 
 
-REPORTS = {"table": ("", table_report), "chains": ("_chains", chains_report), "cold": ("_cold", cold_report)}
+def posteriors_lines(rows: list[dict]) -> dict[str, list[dict]]:
+    """Per problem, one line per method: the gate applied within each member (module docstring),
+    medians over seeds."""
+    out: dict[str, list[dict]] = {}
+    for problem in dict.fromkeys(r["problem"] for r in rows):
+        lines = []
+        methods = dict.fromkeys(r["method"] for r in rows if r["problem"] == problem)
+        for method in sorted(methods, key=lambda m: bp.METHODS.index(m) if m in bp.METHODS else len(bp.METHODS)):
+            group = [r for r in rows if r["problem"] == problem and r["method"] == method]
+            for r in group:
+                r["converged"] = bool(r.get("rhat_f_within", math.nan) <= 1.1 and r.get("ess_f_within", 0) >= 100)
+                r["ess_per_s"] = r["ess_f_within"] / r["wall_s"] if r["converged"] else 0.0
+            line = {"model": problem, "method": method, "seeds": len(group),
+                    "passing": sum(r["converged"] for r in group)}
+            for key in ("ess_per_s", "ess_f_within", "lppd", "accuracy", "rmse", "tv", "grad_total", "wall_s"):
+                values = [r[key] for r in group if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+                line[key] = statistics.median(values) if values else None
+            within = [r["rhat_f_within"] for r in group if math.isfinite(r.get("rhat_f_within", math.nan))]
+            line["rhat_f_within"] = max(within) if within else None
+            line["s_per_kgrad"] = (1000 * line["wall_s"] / line["grad_total"]
+                                   if line["wall_s"] and line["grad_total"] else None)
+            lines.append(line)
+        nuts = next((line["ess_per_s"] for line in lines if line["method"] == "numpyro nuts"), None)
+        for line in lines:
+            line["vs_numpyro"] = line["ess_per_s"] / nuts if nuts else None
+        out[problem] = lines
+    return out
+
+
+POSTERIOR_GATE = ("A run passes the gate when, within each member, its chains mix in function space: the largest "
+                  "within-member split R-hat of the predictions (over members and test inputs) is <= 1.1 and the "
+                  "smallest within-member bulk ESS >= 100 (`ess_f_within`); ESS/s is that ESS over the run's wall "
+                  "time, members' fits included, and counts 0 for a run that fails the gate; vs_numpyro: the "
+                  "median ESS/s over NumPyro NUTS's (none where NumPyro's is 0 or was not run). Every run spends "
+                  "the same gradient budget (members, warm-up and sampling) except where a note says otherwise; "
+                  "s_per_kgrad: the run's seconds per thousand gradient evaluations (its cost at equal work). "
+                  "lppd, accuracy or rmse, and tv (to the stored reference predictive) as bench_posteriors reports "
+                  "them, medians over seeds; rhat_f_within: the largest over seeds.")
+
+
+def posteriors_report(rows: list[dict], payload: dict) -> str:
+    """The posteriors part's markdown: the suite's gate and ratios per problem, then bench_posteriors'
+    own report of the same rows (its scores, settings, notes and machine)."""
+    text = []
+    for problem, lines in posteriors_lines(rows).items():
+        task = payload.get("tasks", {}).get(problem, "classification")
+        score = "accuracy" if task == "classification" else "rmse"
+        columns = ["model", "method", "seeds", "passing", "ess_per_s", "vs_numpyro", "ess_f_within", "rhat_f_within",
+                   "lppd", score, "tv", "grad_total", "wall_s", "s_per_kgrad"]
+        text.append(f"**{problem}** ({PROBLEMS[problem]}), optimise-then-sample\n\n{markdown_table(lines, columns)}\n")
+    return "\n".join(text) + f"\n{POSTERIOR_GATE}\n\n---\n\n{bp.report(rows, payload)}"
+
+
+def posteriors_part(args) -> list[dict]:
+    """bench_posteriors' run of ``--posterior-problems`` (its members, budget and methods; module docstring),
+    written as ``NAME_posteriors.{json,md}`` with :func:`posteriors_report`. bench_posteriors keeps the
+    finished rows of a file under the same settings: ``--resume`` keeps them, otherwise the file starts over."""
+    name = args.name + REPORTS["posteriors"][0]
+    if not args.resume:
+        (args.out / f"{name}.json").unlink(missing_ok=True)
+    argv = ["--problems", *args.posterior_problems, "--seeds", *map(str, range(args.seeds)),
+            "--methods", *args.posterior_methods, "--members", str(args.posterior_members),
+            "--chains", str(args.posterior_chains), "--budget", str(args.posterior_budget),
+            "--out", str(args.out), "--name", name]
+    if args.posterior_numpyro_budget and not args.smoke:
+        argv += ["--numpyro-budget", str(args.posterior_numpyro_budget)]
+    if args.skip_jax:
+        argv += ["--skip-numpyro", "--skip-blackjax"]
+    if args.smoke:  # bench_posteriors' tiny settings: wine, one seed
+        argv.append("--smoke")
+    return bp.main(argv, tables=posteriors_report)
+
+
+REPORTS = {"table": ("", table_report), "chains": ("_chains", chains_report), "cold": ("_cold", cold_report),
+           "posteriors": ("_posteriors", posteriors_report)}
 
 
 def write(args, part: str, payload: dict) -> None:
@@ -271,6 +363,8 @@ def part_of(payload: dict) -> str:
     if "part" in payload:
         return payload["part"]
     rows = payload.get("rows", [])
+    if any("problem" in r for r in rows):  # bench_posteriors' rows
+        return "posteriors"
     return "cold" if any("phase" in r for r in rows) else "chains" if any("sweep" in r for r in rows) else "table"
 
 
@@ -285,7 +379,12 @@ def retable(args) -> list[Path]:
         if path.exists():
             payload = json.loads(path.read_text())
             payload["notes"] = payload.get("notes", []) + ([args.note] if args.note else [])
-            write_results(name, payload, REPORTS[part_of(payload)][1](payload), out=args.out)
+            part = part_of(payload)
+            if part == "posteriors":  # bench_posteriors' file: its JSON as it is, the markdown from the rows
+                path.write_text(json.dumps(payload, indent=2, default=str))
+                path.with_suffix(".md").write_text(posteriors_report(payload["rows"], payload))
+            else:
+                write_results(name, payload, REPORTS[part][1](payload), out=args.out)
             done.append(path.with_suffix(".md"))
     return done
 
@@ -336,6 +435,8 @@ def cold_pair(model: str, engine: str, args) -> list[dict]:
 
 
 def run_part(args, part: str) -> list[dict]:
+    if part == "posteriors":
+        return posteriors_part(args)
     suffix = REPORTS[part][0]
     path = args.out / f"{args.name}{suffix}.json"
     before = json.loads(path.read_text()) if args.resume and path.exists() else {}
@@ -378,6 +479,16 @@ def parse(argv=None):
     parser.add_argument("--sweep-seeds", type=int, default=1)
     parser.add_argument("--cold-models", nargs="+", choices=[m for m, k in MODELS.items() if k == "bnn"],
                         default=["diabetes"])
+    parser.add_argument("--posterior-problems", nargs="+", choices=sorted(PROBLEMS), default=["digits"],
+                        help="the posteriors part's problems (bench_posteriors')")
+    parser.add_argument("--posterior-methods", nargs="+", choices=bp.METHODS, default=POSTERIOR_METHODS)
+    parser.add_argument("--posterior-members", type=int, default=4, help="the posteriors part's ensemble members")
+    parser.add_argument("--posterior-chains", type=int, default=2, help="... its chains per member")
+    parser.add_argument("--posterior-budget", type=int, default=60_000,
+                        help="... its gradient evaluations per run, every stage")
+    parser.add_argument("--posterior-numpyro-budget", type=int, default=425_000,
+                        help="... NumPyro's own budget (on digits its warm-up trees reach the depth cap: 100 "
+                             "warm-up steps alone spend more than 60 000; 0: the run's budget)")
     parser.add_argument("--skip-jax", action="store_true", help="leave out NumPyro and BlackJAX")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny counts: 64 draws, 20 warm-up steps, one seed, eight_schools and diabetes, "

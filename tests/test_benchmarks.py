@@ -336,7 +336,7 @@ def test_bench_suite_smoke_without_jax(monkeypatch, tmp_path):
         (8, "total", 64), (8, "per_chain", 64), (16, "total", 64), (16, "per_chain", 128)]
     assert all(r["nrhat_max"] > 0 for r in sweep)
     table = (tmp_path / "suite_smoke.md").read_text()
-    assert "| eight_schools | bnnzoo chees, 8 chains |" in table and "digits MLP is not in the suite" in table
+    assert "| eight_schools | bnnzoo chees, 8 chains |" in table and "digits MLP is not in this table" in table
     sweep_table = (tmp_path / "suite_smoke_chains.md").read_text()
     assert "| diabetes |" in sweep_table and "nrhat" in sweep_table
     for name in ("suite_smoke.md", "suite_smoke_chains.md"):
@@ -345,6 +345,38 @@ def test_bench_suite_smoke_without_jax(monkeypatch, tmp_path):
     assert (tmp_path / "suite_smoke.md").read_text() == table
     bench.main(["--smoke", "--retable", "--name", "suite_smoke_chains", "--out", str(tmp_path)])  # its own report
     assert (tmp_path / "suite_smoke_chains.md").read_text() == sweep_table
+
+
+def test_bench_suite_posteriors_part_gates_within_members_and_retables(monkeypatch, tmp_path):
+    """``bench_suite --parts posteriors``: bench_posteriors' optimise-then-sample rows (here its smoke
+    settings on wine), each judged by the suite's gate within its members (R-hat of f <= 1.1 and
+    ESS >= 100 within each member; ESS/s 0 otherwise), the suite's table above bench_posteriors' own
+    report, and ``--retable`` rebuilds the same markdown from the JSON."""
+    import json
+    import math
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    bench = importlib.import_module("bench_suite")
+    out = bench.main(["--smoke", "--skip-jax", "--parts", "posteriors", "--out", str(tmp_path)])
+    rows = out["posteriors"]
+    assert [r["method"] for r in rows] == ["bnnzoo mams", "bnnzoo mile recipe", "ensemble"]
+    payload = json.loads((tmp_path / "suite_smoke_posteriors.json").read_text())
+    assert [r["method"] for r in payload["rows"]] == [r["method"] for r in rows]
+    lines = bench.posteriors_lines(payload["rows"])["wine"]
+    for r in payload["rows"]:
+        assert r["problem"] == "wine" and r["seed"] == 0
+        passed = r["rhat_f_within"] <= 1.1 and r["ess_f_within"] >= 100  # NaN (the ensemble): fails
+        assert r["converged"] == passed and r["ess_per_s"] == (r["ess_f_within"] / r["wall_s"] if passed else 0.0)
+        line = next(x for x in lines if x["method"] == r["method"])
+        assert line["passing"] == int(passed) and line["wall_s"] == r["wall_s"] and line["vs_numpyro"] is None
+        assert math.isclose(line["s_per_kgrad"], 1000 * r["wall_s"] / r["grad_total"])
+    table = (tmp_path / "suite_smoke_posteriors.md").read_text()
+    assert "**wine** (wine_mlp), optimise-then-sample" in table and "| wine | bnnzoo mile recipe | 1 |" in table
+    assert "`benchmarks/bench_posteriors.py`: per problem" in table  # bench_posteriors' report below
+    assert "NumPyro NUTS skipped (--skip-numpyro)" in table and "budget of its own" not in table
+    (tmp_path / "suite_smoke_posteriors.md").unlink()
+    bench.main(["--smoke", "--retable", "--parts", "posteriors", "--out", str(tmp_path)])
+    assert (tmp_path / "suite_smoke_posteriors.md").read_text() == table
 
 
 def test_bench_posteriors_on_a_gpu_names_it_and_keeps_the_cpu_files_reusable(monkeypatch):
