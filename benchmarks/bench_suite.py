@@ -275,18 +275,24 @@ def cold_report(payload: dict) -> str:
                    f"passing: the gate, cold/warm. {GATE}" + notes_text(payload))
 
 
+def gated(row: dict) -> dict:
+    """A bench_posteriors row with the suite's gate applied within its members: ``converged`` (the
+    largest within-member R-hat of f <= 1.1 and the smallest within-member ESS >= 100; a row without
+    them, the members alone, fails) and ``ess_per_s`` (that ESS over the wall time, 0 when it fails)."""
+    converged = bool(row.get("rhat_f_within", math.nan) <= 1.1 and row.get("ess_f_within", 0) >= 100)
+    return {**row, "converged": converged, "ess_per_s": row["ess_f_within"] / row["wall_s"] if converged else 0.0}
+
+
 def posteriors_lines(rows: list[dict]) -> dict[str, list[dict]]:
-    """Per problem, one line per method: the gate applied within each member (module docstring),
+    """Per problem, one line per method: the gate applied within each member (:func:`gated`),
     medians over seeds."""
     out: dict[str, list[dict]] = {}
+    rows = [gated(r) for r in rows]
     for problem in dict.fromkeys(r["problem"] for r in rows):
         lines = []
         methods = dict.fromkeys(r["method"] for r in rows if r["problem"] == problem)
         for method in sorted(methods, key=lambda m: bp.METHODS.index(m) if m in bp.METHODS else len(bp.METHODS)):
             group = [r for r in rows if r["problem"] == problem and r["method"] == method]
-            for r in group:
-                r["converged"] = bool(r.get("rhat_f_within", math.nan) <= 1.1 and r.get("ess_f_within", 0) >= 100)
-                r["ess_per_s"] = r["ess_f_within"] / r["wall_s"] if r["converged"] else 0.0
             line = {"model": problem, "method": method, "seeds": len(group),
                     "passing": sum(r["converged"] for r in group)}
             for key in ("ess_per_s", "ess_f_within", "lppd", "accuracy", "rmse", "tv", "grad_total", "wall_s"):

@@ -363,7 +363,7 @@ def test_bench_suite_posteriors_part_gates_within_members_and_retables(monkeypat
     payload = json.loads((tmp_path / "suite_smoke_posteriors.json").read_text())
     assert [r["method"] for r in payload["rows"]] == [r["method"] for r in rows]
     lines = bench.posteriors_lines(payload["rows"])["wine"]
-    for r in payload["rows"]:
+    for r in map(bench.gated, payload["rows"]):
         assert r["problem"] == "wine" and r["seed"] == 0
         passed = r["rhat_f_within"] <= 1.1 and r["ess_f_within"] >= 100  # NaN (the ensemble): fails
         assert r["converged"] == passed and r["ess_per_s"] == (r["ess_f_within"] / r["wall_s"] if passed else 0.0)
