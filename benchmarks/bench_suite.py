@@ -284,29 +284,22 @@ def gated(row: dict) -> dict:
 
 
 def posteriors_lines(rows: list[dict]) -> dict[str, list[dict]]:
-    """Per problem, one line per method: the gate applied within each member (:func:`gated`),
-    medians over seeds."""
-    out: dict[str, list[dict]] = {}
+    """Per problem, one line per method: bench_posteriors' medians over seeds (its ``summarise``) with the
+    gate applied within each member (:func:`gated`): runs passing, median ESS/s and within-member ESS."""
     rows = [gated(r) for r in rows]
-    for problem in dict.fromkeys(r["problem"] for r in rows):
-        lines = []
-        methods = dict.fromkeys(r["method"] for r in rows if r["problem"] == problem)
-        for method in sorted(methods, key=lambda m: bp.METHODS.index(m) if m in bp.METHODS else len(bp.METHODS)):
-            group = [r for r in rows if r["problem"] == problem and r["method"] == method]
-            line = {"model": problem, "method": method, "seeds": len(group),
-                    "passing": sum(r["converged"] for r in group)}
-            for key in ("ess_per_s", "ess_f_within", "lppd", "accuracy", "rmse", "tv", "grad_total", "wall_s"):
+    out = bp.summarise(rows)
+    for problem, lines in out.items():
+        for line in lines:
+            group = [r for r in rows if r["problem"] == problem and r["method"] == line["method"]]
+            line.update(model=problem, passing=sum(r["converged"] for r in group))
+            for key in ("ess_per_s", "ess_f_within"):
                 values = [r[key] for r in group if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
                 line[key] = statistics.median(values) if values else None
-            within = [r["rhat_f_within"] for r in group if math.isfinite(r.get("rhat_f_within", math.nan))]
-            line["rhat_f_within"] = max(within) if within else None
             line["s_per_kgrad"] = (1000 * line["wall_s"] / line["grad_total"]
                                    if line["wall_s"] and line["grad_total"] else None)
-            lines.append(line)
         nuts = next((line["ess_per_s"] for line in lines if line["method"] == "numpyro nuts"), None)
         for line in lines:
             line["vs_numpyro"] = line["ess_per_s"] / nuts if nuts else None
-        out[problem] = lines
     return out
 
 
