@@ -22,8 +22,11 @@ variable unset, as a user runs), the settings interleaved in each of ``--rounds`
 (:mod:`bnnzoo.inference.prewarm`, ``BNNZOO_PREWARM``), interleaved likewise; the set-up's own compiler
 calls (in its background process) are counted with the process that started it.
 
+``--against REV`` measures each setting on this checkout and on the commit ``REV`` (checked out into a
+temporary git worktree), the trees alternating round by round; the rows name their tree.
+
 Usage: ``python benchmarks/bench_first_compile.py [--model cosine] [--rounds 2] [--header on off default]
-[--prewarm on off] [--note TEXT] [--out DIR] [--name first_compile]``.
+[--prewarm on off] [--against REV] [--note TEXT] [--out DIR] [--name first_compile]``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import os
 import shutil
 import stat
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +47,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from common import RESULTS, fresh_machine_env, machine, markdown_table, notes_text, probe_json, write_results  # noqa: E402
+from common import (RESULTS, alternate_against, fresh_machine_env, machine, markdown_table, notes_text,  # noqa: E402
+                    probe_json, write_results)
 
 KINDS = ("isa_check", "header", "kernel", "other")
 
@@ -89,8 +94,10 @@ def wait_for_prewarm(folder: Path, limit: float = 300.0) -> None:
         time.sleep(0.2)
 
 
-def measure(model: str, header: str, round_: int, prewarm: str = "on") -> list[dict]:
-    """The cold and the warm process of one setting (module docstring)."""
+def measure(model: str, header: str, round_: int, prewarm: str = "on", tree: Path = HERE.parent,
+            label: str | None = None) -> list[dict]:
+    """The cold and the warm process of one setting (module docstring), with bnnzoo and bench_suite from
+    the checkout ``tree``; ``label`` names the tree in the rows (None: no tree column)."""
     folder = Path(tempfile.mkdtemp(prefix="bnnzoo-first-compile-"))
     shim, log = folder / "shim", folder / "compiler.log"
     shim.mkdir()
@@ -100,21 +107,22 @@ def measure(model: str, header: str, round_: int, prewarm: str = "on") -> list[d
     wrapper = shim / "g++"
     wrapper.write_text(WRAPPER.format(compiler=compiler, log=log))
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
-    env = fresh_machine_env(folder)
+    env = fresh_machine_env(folder, tree)
     env.pop("CXX", None)
     env.pop("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", None)  # "default": unset, as a user runs
     env["PATH"] = f"{shim}{os.pathsep}{env['PATH']}"
     if header != "default":
         env["TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS"] = "1" if header == "on" else "0"
     env["BNNZOO_PREWARM"] = "1" if prewarm == "on" else "0"
-    command = [sys.executable, str(HERE / "bench_suite.py"), "--probe", model, "chees", "--threads", "1"]
+    command = [sys.executable, str(Path(tree) / "benchmarks" / "bench_suite.py"), "--probe", model, "chees", "--threads", "1"]
     rows = []
     for phase in ("cold", "warm"):
         seen = len(calls(log))
-        (run,) = probe_json(command, HERE.parent, env)
+        (run,) = probe_json(command, Path(tree), env)
         wait_for_prewarm(folder)
         made = calls(log)[seen:]
-        row = {"model": model, "header": header, "prewarm": prewarm, "round": round_, "phase": phase,
+        row = {"model": model, **({"tree": label} if label else {}), "header": header, "prewarm": prewarm,
+               "round": round_, "phase": phase,
                "wall_s": run["wall_s"],
                "compile_s": run.get("compile_s"), "compiler_calls": len(made),
                "compiler_s": sum(s for _, s in made)}
@@ -122,7 +130,8 @@ def measure(model: str, header: str, round_: int, prewarm: str = "on") -> list[d
             row[f"{k}_s"] = sum(s for c, s in made if c == k)
             row[f"{k}_calls"] = sum(1 for c, _ in made if c == k)
         rows.append(row)
-        print({k: row[k] for k in ("header", "prewarm", "round", "phase", "wall_s", "compile_s", "compiler_s")}, flush=True)
+        print({k: row.get(k) for k in ("tree", "header", "prewarm", "round", "phase", "wall_s", "compile_s", "compiler_s")},
+              flush=True)
     shutil.rmtree(folder, ignore_errors=True)
     return rows
 
@@ -131,13 +140,15 @@ def report(payload: dict) -> str:
     rows = payload["rows"]
     columns = ["header", "prewarm", "phase", "rounds", "wall_s", "compile_s", "compiler_s", "isa_check_s", "isa_check_calls",
                "header_s", "kernel_s", "kernel_calls"]
+    trees = any("tree" in r for r in rows)
     lines = []
-    for setting in dict.fromkeys((r["header"], r.get("prewarm", "off")) for r in rows):
+    for setting in dict.fromkeys((r.get("tree"), r["header"], r.get("prewarm", "off")) for r in rows):
         for phase in ("cold", "warm"):
-            group = [r for r in rows if (r["header"], r.get("prewarm", "off")) == setting and r["phase"] == phase]
+            group = [r for r in rows if (r.get("tree"), r["header"], r.get("prewarm", "off")) == setting
+                     and r["phase"] == phase]
             if not group:
                 continue
-            line = {"header": setting[0], "prewarm": setting[1], "phase": phase, "rounds": len(group)}
+            line = {"tree": setting[0], "header": setting[1], "prewarm": setting[2], "phase": phase, "rounds": len(group)}
             for c in columns[4:]:
                 values = [r[c] for r in group if r.get(c) is not None]
                 line[c] = float(statistics.median(values)) if values else None
@@ -151,6 +162,16 @@ def report(payload: dict) -> str:
             "or default (the variable unset, as a user runs). prewarm: bnnzoo's background set-up of inductor on a free "
             "core (bnnzoo.inference.prewarm; its compiler calls counted with the process that started it; rows "
             "measured before it existed: off).")
+    if trees:
+        text += (" tree: the checkout measured (this one, or the commit --against named), the trees alternating "
+                 "round by round; ratio: the cold run's wall time over the warm one's, the median over rounds.")
+        for line in lines:
+            if line["phase"] == "cold":
+                pairs = [(c["wall_s"], w["wall_s"]) for c in rows for w in rows
+                         if c["phase"] == "cold" and w["phase"] == "warm" and c["round"] == w["round"]
+                         and all(c.get(k) == w.get(k) == line[k] for k in ("tree", "header", "prewarm"))]
+                line["ratio"] = float(statistics.median(c / w for c, w in pairs)) if pairs else None
+        columns = ["tree"] + columns + ["ratio"]
     text += "\n\n" + markdown_table(lines, columns)
     return text + notes_text(payload)
 
@@ -163,6 +184,7 @@ def main(argv=None) -> dict:
                         default=["on", "off"])
     parser.add_argument("--prewarm", nargs="+", choices=["on", "off"], default=["on", "off"],
                         help="bnnzoo's background set-up of inductor (BNNZOO_PREWARM), each setting measured")
+    parser.add_argument("--against", metavar="REV", help="also measure the commit REV, alternating with this checkout")
     parser.add_argument("--note", help="a line for the results' notes (how this run was made)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="first_compile")
@@ -179,10 +201,28 @@ def main(argv=None) -> dict:
                                                   "prewarm": args.prewarm},
                "load_start": os.getloadavg()[0], "notes": [args.note] if args.note else [], "rows": []}
     settings = [(h, p) for h in args.header for p in args.prewarm]
-    for round_ in range(args.rounds):
+
+    def one_round(round_: int, tree: Path = HERE.parent, label: str | None = None) -> None:
         for header, prewarm in settings if round_ % 2 == 0 else settings[::-1]:
-            payload["rows"].extend(measure(args.model, header, round_, prewarm))
+            payload["rows"].extend(measure(args.model, header, round_, prewarm, tree, label))
             write_results(args.name, payload, report(payload), out=args.out)
+
+    if not args.against:
+        for round_ in range(args.rounds):
+            one_round(round_)
+        return payload
+    rounds = {"old": 0, "new": 0}
+
+    def measure_tree(tree: Path) -> str:
+        which = "new" if tree == HERE.parent else "old"
+        one_round(rounds[which], tree, "this" if which == "new" else payload["against"])
+        rounds[which] += 1
+        return which
+
+    payload["against"] = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=HERE.parent,
+                                        capture_output=True, text=True, check=True).stdout.strip()
+    payload["settings"]["against"] = payload["against"]
+    alternate_against(HERE.parent, args.against, args.rounds, measure_tree)
     return payload
 
 

@@ -194,18 +194,19 @@ def one_core(enabled: bool = True):
         os.sched_setaffinity(0, cores)
 
 
-def fresh_machine_env(folder: Path) -> dict[str, str]:
+def fresh_machine_env(folder: Path, tree: Path | None = None) -> dict[str, str]:
     """This process's environment for a measuring process that starts as on a fresh machine: every
     cache under the empty ``folder`` (bnnzoo's compile record ``$BNNZOO_CACHE``, inductor's cache
     ``$TORCHINDUCTOR_CACHE_DIR``, and ``$TMPDIR``, where inductor keeps its precompiled C++ headers),
-    and this checkout first on ``$PYTHONPATH``. A second process given the same environment finds
-    what the first left (warm)."""
+    and ``tree`` (default: this checkout) first on ``$PYTHONPATH``. A second process given the same
+    environment finds what the first left (warm)."""
     folder = Path(folder)
+    tree = Path(tree) if tree is not None else Path(__file__).resolve().parents[1]
     (folder / "tmp").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(BNNZOO_CACHE=str(folder / "cache"), TORCHINDUCTOR_CACHE_DIR=str(folder / "cache" / "inductor"),
                TMPDIR=str(folder / "tmp"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")])))
     return env
 
 

@@ -462,6 +462,42 @@ def test_bench_first_compile_names_each_compiler_call_on_a_fresh_machine(monkeyp
     assert "| off | off | cold | 1 | 2 | 1 |" in table and "| default | off | warm | 1 |" in table
 
 
+def test_bench_first_compile_against_a_commit_runs_each_tree_on_its_own_checkout(monkeypatch, tmp_path):
+    """``--against REV``: each setting measured on this checkout and on REV's worktree, alternating; each
+    measuring process runs that tree's bench_suite with that tree first on ``$PYTHONPATH``, and the
+    rows and table name the tree, with the cold over warm ratio."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("g++") is None or shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("needs g++ and this checkout's git history")
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))
+    bench = importlib.import_module("bench_first_compile")
+    seen = []
+
+    def probe(command, tree, env):
+        seen.append((Path(command[1]).parents[1], Path(tree), env["PYTHONPATH"].split(":")[0]))
+        return [{"wall_s": 3.0 if len(seen) % 2 else 2.0, "compile_s": 1.0}]
+
+    monkeypatch.setattr(bench, "probe_json", probe)
+    payload = bench.main(["--rounds", "2", "--header", "default", "--prewarm", "on", "--against", "HEAD",
+                          "--out", str(tmp_path), "--name", "fc"])
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert payload["against"] == rev
+    assert [(r["tree"], r["phase"]) for r in payload["rows"]] == [
+        (rev, "cold"), (rev, "warm"), ("this", "cold"), ("this", "warm"),
+        ("this", "cold"), ("this", "warm"), (rev, "cold"), (rev, "warm")]
+    for script_tree, cwd, first_on_path in seen:
+        assert script_tree == cwd and str(cwd) == first_on_path
+    assert {cwd for _, cwd, _ in seen} == {root, seen[0][1]} and seen[0][1] != root  # the worktree, then removed
+    assert not seen[0][1].exists()
+    table = (tmp_path / "fc.md").read_text()
+    assert f"| {rev} | default | on | cold | 2 | 3 |" in table and "| this | default | on | warm | 2 | 2 |" in table
+    assert table.count("| 1.5 |") == 2  # 3 s cold over 2 s warm, each tree
+
+
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no sched_setaffinity here")
 def test_one_core_pins_the_process_for_the_block_and_restores_its_cores(monkeypatch):
     """``common.one_core``: one core inside the block (what the results then say), the process's cores

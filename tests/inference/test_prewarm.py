@@ -103,10 +103,49 @@ def test_the_background_process_compiles_leaves_its_marker_and_drops_its_lock(tm
     assert not lock.exists()
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on the PATH")
+def test_the_set_up_builds_the_header_a_compiled_graph_then_uses(tmp_path):
+    """The set-up builds its kernel, not a compiled graph: the precompiled header it leaves must be the
+    one a graph's kernels ask for (same flags), or a run would still build its own. On an empty folder
+    of headers (``$TMPDIR``), the set-up builds one, and a compiled run after it builds none."""
+    (tmp_path / "tmp").mkdir()
+    env = dict(os.environ, BNNZOO_CACHE=str(tmp_path / "cache"), TMPDIR=str(tmp_path / "tmp"))
+    subprocess.run([sys.executable, "-c", "from bnnzoo.inference import prewarm; prewarm.main(nice=0)"], env=env,
+                   check=True, timeout=600)
+    assert (tmp_path / "cache" / "prewarm" / f"done-torch-{torch.__version__}").read_text().endswith(": done\n")
+    headers = sorted((tmp_path / "tmp").rglob("*.gch"))
+    assert len(headers) == 1
+    built = headers[0].stat().st_mtime_ns
+    compiled_run = ("from bnnzoo.inference import run; out = run('cosine_mlp', {'name': 'cosine', 'n_train': 20, "
+                    "'n_test': 10}, engine='chees', num_samples=4, warmup_steps=4, num_chains=2, seed=0, progress=False, "
+                    "threads=1, compile=True); assert out.compile_seconds > 0")
+    subprocess.run([sys.executable, "-c", compiled_run], env=dict(env, BNNZOO_PREWARM="0"), check=True, timeout=600)
+    assert sorted((tmp_path / "tmp").rglob("*.gch")) == headers
+    assert headers[0].stat().st_mtime_ns == built
+
+
+def test_where_the_kernel_cannot_be_built_a_compiled_function_sets_up(fresh, monkeypatch):
+    def changed():
+        raise AttributeError("no load_pybinding in this torch")
+
+    compiled = []
+    monkeypatch.setattr(prewarm, "build_a_kernel", changed)
+    monkeypatch.setattr(torch, "compile", lambda f, **kwargs: compiled.append(f) or f)
+    lock = prewarm.marker().with_name(prewarm.marker().name + ".lock")
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")
+    prewarm.main(nice=0)
+    assert len(compiled) == 1
+    assert prewarm.marker().read_text().endswith(
+        ": done by a compiled function (the kernel alone failed: AttributeError: no load_pybinding in this torch)\n")
+    assert not lock.exists()
+
+
 def test_a_failed_set_up_is_marked_and_not_tried_again(fresh, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no compiler today")
 
+    monkeypatch.setattr(prewarm, "build_a_kernel", broken)
     monkeypatch.setattr(torch, "compile", broken)
     lock = prewarm.marker().with_name(prewarm.marker().name + ".lock")
     lock.parent.mkdir(parents=True)
