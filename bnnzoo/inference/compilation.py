@@ -138,7 +138,9 @@ def one_isa_check(device: torch.device | str = "cpu"):
     for the compile: it then picks the instruction set it would have picked after all six, so the
     compiled graphs and the draws are the same. Where the widest does not build, or the user set
     ``TORCHINDUCTOR_VEC_ISA_OK``, or on another processor family, inductor checks as it always does;
-    a compile for a GPU needs no check (nothing changes)."""
+    a compile for a GPU needs no check (nothing changes). Inductor's checks of an instruction set's
+    extensions (AVX-512's bfloat16, VNNI and AMX, where the processor reports them) are its own and
+    still run: 7 compiler calls on an Intel Xeon with AMX (``benchmarks/results/first_compile_kernel.md``)."""
     import contextlib
 
     from torch._inductor import config
