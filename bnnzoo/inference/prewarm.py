@@ -8,8 +8,9 @@ at most once per machine and torch version, one background process (:func:`main`
 priority) that builds a small C++ kernel as inductor builds a compiled graph's, and so leaves both on
 disk (the checks in the run's inductor cache folder, the header in inductor's folder of headers)
 while the run takes its first, eager, steps on its own thread. Building the kernel directly, not
-through a compiled function, leaves out the tracing and lowering that would come before the checks:
-the header is there about 5 s sooner (``benchmarks/results/first_compile_kernel.md``). When the run
+through a compiled function, leaves out the tracing and lowering that would come before the checks,
+so the header is there sooner (a cold run's compile about 4.5 s shorter on an Intel Xeon:
+``benchmarks/results/first_compile_kernel.md``). When the run
 decides to compile, it finds them there; inductor's file locks make a compile that starts before the
 background process is done wait for, or repeat, the same work, never use half of it.
 
