@@ -15,7 +15,7 @@ def test_bench_activation_steps_with_the_four_step_graphs_arguments(monkeypatch)
     """``bench_activation``'s timed call, its graph run uncompiled (as traced): it takes the arguments
     the four-step leapfrog graph takes today and returns finite states."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
-    monkeypatch.setattr(compiled_graphs, "compiled", lambda name: compiled_graphs.GRAPHS[name])
+    monkeypatch.setattr(compiled_graphs, "compiled", lambda name, device_type="cpu": compiled_graphs.GRAPHS[name])
     bench = importlib.import_module("bench_activation")
     theta, p, value, grad, high, low = bench.leapfrog_step("tanh")()
     chains = bench.CHAINS

@@ -18,7 +18,11 @@ traces, ``potential.graph_value_and_grad(theta)`` (for
 (``compile_seconds``, which a run reports as ``Run.compile_seconds``), the input shapes compiled, and
 what happens when a compile fails (raise for ``compile=True``; warn and go on eagerly, the potential's
 ``compile`` set back to False, for ``compile="auto"``, :class:`~bnnzoo.inference.compilation.AutoCompile`).
-A compiled graph runs with subnormal floats flushed to zero (:func:`_flushing_denormals`).
+A compiled graph runs with subnormal floats flushed to zero (:func:`_flushing_denormals`). On the
+CPU inductor writes each graph's wrapper, the code that allocates its buffers and calls its kernels
+and matrix products, in C++ (:data:`CPU_OPTIONS`) instead of Python: a step's dozen or more calls
+then cost no Python each, and the draws are the same (``benchmarks/results/hot_path_cpp_wrapper.md``);
+``BNNZOO_CPP_WRAPPER=0`` in the environment keeps inductor's Python wrapper.
 Every first compile points inductor at bnnzoo's persistent cache first
 (:func:`~bnnzoo.inference.compilation.use_persistent_inductor_cache`). Whether and when a potential
 runs compiled is chosen outside it: by ``compile=True`` when it is built, or by the run's
@@ -28,6 +32,7 @@ runs compiled is chosen outside it: by ``compile=True`` when it is built, or by 
 from __future__ import annotations
 
 import functools
+import os
 import time
 import warnings
 
@@ -36,8 +41,8 @@ import torch
 from .compilation import one_isa_check, use_persistent_inductor_cache
 from .integrators import kinetic_energy, leapfrog_step
 
-__all__ = ["CompiledGraphs", "GRAPHS", "RECOMPILE_LIMIT", "UNROLL", "compiled", "leapfrog_steps",
-           "unroll_step_sizes"]
+__all__ = ["CPU_OPTIONS", "CPP_WRAPPER_ENV", "CompiledGraphs", "GRAPHS", "RECOMPILE_LIMIT", "UNROLL", "compiled",
+           "leapfrog_steps", "unroll_step_sizes"]
 
 Tensor = torch.Tensor
 
@@ -107,12 +112,29 @@ GRAPHS = {"value_and_grad": _value_and_grad_graph, "leapfrog_step": _leapfrog_st
           "leapfrog_steps": _leapfrog_steps_graph}
 
 
+#: inductor's options for the graphs compiled for the CPU: the graph's wrapper in C++. The Python
+#: wrapper spends a few microseconds of Python on each of a step's calls (a dozen kernels and matrix
+#: products on a two-layer network, four steps a call of ``leapfrog_steps``), as much as a small
+#: network's arithmetic. The C++ wrapper's module is built with its own precompiled header, which
+#: :mod:`~bnnzoo.inference.prewarm` builds ahead of a first compile
+CPU_OPTIONS = {"cpp_wrapper": True}
+
+#: the environment variable that keeps inductor's Python wrapper on the CPU ("0")
+CPP_WRAPPER_ENV = "BNNZOO_CPP_WRAPPER"
+
+
+def cpu_options() -> dict | None:
+    """The options of a CPU graph's compile: :data:`CPU_OPTIONS`, or None where ``BNNZOO_CPP_WRAPPER=0``."""
+    return None if os.environ.get(CPP_WRAPPER_ENV, "1") == "0" else CPU_OPTIONS
+
+
 @functools.cache
-def compiled(name: str):
-    """The compiled graph function ``name`` of :data:`GRAPHS`, made once per process: the potential is
-    an argument, so a new potential of the same network (same shapes, priors and likelihood) reuses
-    the graph; dynamo's guards recompile when they differ."""
-    return torch.compile(GRAPHS[name], dynamic=False)
+def compiled(name: str, device_type: str = "cpu"):
+    """The compiled graph function ``name`` of :data:`GRAPHS` for devices of ``device_type``, made once
+    per process (the CPU's with :func:`cpu_options`): the potential is an argument, so a new potential
+    of the same network (same shapes, priors and likelihood) reuses the graph; dynamo's guards
+    recompile when they differ."""
+    return torch.compile(GRAPHS[name], dynamic=False, options=cpu_options() if device_type == "cpu" else None)
 
 
 class CompiledGraphs:
@@ -159,7 +181,7 @@ class CompiledGraphs:
         # dynamo's guards are: a new count compiles anew (so it must go through the branch below)
         key = (name, torch.get_num_threads(), *(a.shape for a in args))
         if key in self.keys:
-            return _flushing_denormals(compiled(name), self.potential, *args)
+            return _flushing_denormals(compiled(name, args[0].device.type), self.potential, *args)
         if name == "value_and_grad" and key not in self._called_once:
             # a kernel that steps with the leapfrog graphs calls this one once a run (ChEES's first
             # gradient), not worth a second of compiling: its first call runs eagerly
@@ -173,11 +195,13 @@ class CompiledGraphs:
             # process sampling nine networks would run the ninth uncompiled, 5x slower
             with torch._dynamo.config.patch(recompile_limit=max(RECOMPILE_LIMIT, torch._dynamo.config.recompile_limit)), \
                     one_isa_check(args[0].device):
-                out = _flushing_denormals(compiled(name), self.potential, *args)
+                out = _flushing_denormals(compiled(name, args[0].device.type), self.potential, *args)
         except Exception as err:
             if not self.fallback:
                 raise RuntimeError(f"compile=True: torch.compile of the potential's {name} failed "
-                                   f"({type(err).__name__}: {err}); run with compile=False") from err
+                                   f"({type(err).__name__}: {err}); run with compile=False"
+                                   + (f", or with {CPP_WRAPPER_ENV}=0 for inductor's Python wrapper"
+                                      if args[0].device.type == "cpu" and cpu_options() else "")) from err
             warnings.warn(f"compile='auto': torch.compile of the potential's {name} failed "
                           f"({type(err).__name__}: {err}); running eagerly")
             self.potential.compile = False

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from .compilation import cache_dir, compiler_available, one_isa_check, use_persistent_inductor_cache
+from .compiled_graphs import cpu_options
 
 __all__ = ["ENV", "marker", "reason_not_to_start", "start"]
 
@@ -45,8 +46,9 @@ _started: subprocess.Popen | None = None
 
 
 def marker() -> Path:
-    """The file a finished set-up leaves (per torch version, in bnnzoo's cache folder)."""
-    return cache_dir() / "prewarm" / f"done-torch-{torch.__version__}"
+    """The file a finished set-up leaves (per torch version and graph wrapper, :func:`build_a_kernel`,
+    in bnnzoo's cache folder)."""
+    return cache_dir() / "prewarm" / f"done-torch-{torch.__version__}{'-cpp-wrapper' if cpu_options() else ''}"
 
 
 def _lock() -> Path:
@@ -103,9 +105,9 @@ def start(device: torch.device | str | None = None) -> str:
     return f"started a background process (pid {_started.pid}) for inductor's one-time set-up"
 
 
-#: a C++ kernel as inductor writes one for the CPU (``torch/_inductor/codegen/cpp.py``): its first
-#: build on a machine checks the instruction sets and builds the precompiled header, as a compiled
-#: graph's first kernel would, with the same flags
+#: a C++ kernel as inductor writes one for the CPU (``torch/_inductor/codegen/cpp.py``), built where
+#: graphs keep inductor's Python wrapper (``BNNZOO_CPP_WRAPPER=0``): its first build on a machine
+#: checks the instruction sets and builds the kernels' precompiled header, with a graph's flags
 KERNEL = """#include <torch/csrc/inductor/cpp_prefix.h>
 extern "C" void kernel(float* out_ptr0)
 {
@@ -113,14 +115,28 @@ extern "C" void kernel(float* out_ptr0)
 }
 """
 
+#: an empty graph module as inductor's C++ wrapper writes one for the CPU
+#: (``torch/_inductor/codegen/cpp_wrapper_cpu.py``), what bnnzoo's CPU graphs are built as
+#: (:data:`~bnnzoo.inference.compiled_graphs.CPU_OPTIONS`): its first build checks the instruction
+#: sets and builds the wrapper's precompiled header, with a graph's flags (on the CPU inductor
+#: resolves the instruction set from the device, not from the code)
+WRAPPER = """#include <torch/csrc/inductor/cpp_wrapper/cpu.h>
+void inductor_entry_impl(AtenTensorHandle* input_handles, AtenTensorHandle* output_handles) {}
+"""
+
 
 def build_a_kernel() -> None:
-    """Build :data:`KERNEL` through inductor's code cache for CPU kernels, as a compiled graph's kernels
-    are built (``CppPythonBindingsCodeCache.load_pybinding``, what inductor's ``async_compile.cpp_pybinding``
-    calls): the instruction-set checks and the header, without tracing and lowering a graph first."""
-    from torch._inductor.codecache import CppPythonBindingsCodeCache
+    """Build a small module through inductor's code cache as a compiled CPU graph's is built: with
+    the C++ wrapper (:data:`WRAPPER`, ``CppWrapperCodeCache.load_pybinding``, what inductor's
+    ``cpp_wrapper`` mode calls), or where graphs keep the Python wrapper, one kernel (:data:`KERNEL`,
+    ``CppPythonBindingsCodeCache.load_pybinding``, what ``async_compile.cpp_pybinding`` calls): the
+    instruction-set checks and the header, without tracing and lowering a graph first."""
+    from torch._inductor.codecache import CppPythonBindingsCodeCache, CppWrapperCodeCache
 
-    CppPythonBindingsCodeCache.load_pybinding(["float*"], KERNEL)
+    if cpu_options():
+        CppWrapperCodeCache.load_pybinding(["std::vector<AtenTensorHandle>"], WRAPPER, "cpu", num_outputs=0)
+    else:
+        CppPythonBindingsCodeCache.load_pybinding(["float*"], KERNEL)
 
 
 def main(nice: int = 19) -> None:
@@ -142,7 +158,8 @@ def main(nice: int = 19) -> None:
                 build_a_kernel()
             except Exception as err:  # inductor's code cache changed: compile a small function instead
                 outcome = f"done by a compiled function (the kernel alone failed: {type(err).__name__}: {err})"
-                compiled = torch.compile(lambda x: torch.tanh(x @ x.T).sum(-1), dynamic=False)
+                compiled = torch.compile(lambda x: torch.tanh(x @ x.T).sum(-1), dynamic=False,
+                                         options=cpu_options())
                 compiled(torch.randn(8, 8))
     except Exception as err:  # a machine where compiling fails: the runs' own compiles fall back and say why
         outcome = f"failed ({type(err).__name__}: {err})"

@@ -2,7 +2,10 @@
 
 import math
 import os
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -210,7 +213,7 @@ def test_the_microcanonical_kernels_compile_midway_too(monkeypatch, engine):
 def test_a_failed_compile_goes_on_eagerly(monkeypatch):
     monkeypatch.setattr(compilation, "COMPILE_SECONDS", 0.0)
 
-    def broken(name):
+    def broken(name, device_type):
         raise RuntimeError("no inductor today")
 
     monkeypatch.setattr(compiled_graphs, "compiled", broken)
@@ -229,7 +232,7 @@ def test_every_compile_uses_the_persistent_inductor_cache_unless_one_is_chosen(t
     if chosen is None:
         monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     monkeypatch.setattr(compiled_graphs, "compiled",
-                        lambda name: lambda potential, *args: getattr(potential, name)(*args))
+                        lambda name, device_type: lambda potential, *args: getattr(potential, name)(*args))
     data = load("cosine", seed=0)
     potential = BNNPotential(BNN(zoo.cosine_mlp(hidden=4)), data.x_train, data.y_train, compile=True)
     potential.compile = False  # the graph stand-in above runs the eager method
@@ -247,7 +250,7 @@ def test_a_compiled_graph_runs_with_subnormals_flushed_and_leaves_flushing_off(t
 
     seen = []
 
-    def stand_in(name):
+    def stand_in(name, device_type):
         def graph(potential, *args):
             seen.append(flushing())
             return potential.analytic_value_and_grad(*args)
@@ -378,7 +381,7 @@ def test_the_gradient_graph_called_once_is_not_compiled(monkeypatch):
     (here a stand-in runs the traced function as it is). A leapfrog graph compiles at its first call."""
     compiled = []
 
-    def fake_compiled(name):
+    def fake_compiled(name, device_type):
         def graph(potential, *args):
             compiled.append(name)
             return compiled_graphs.GRAPHS[name](potential, *args)
@@ -438,3 +441,29 @@ def test_one_isa_check_leaves_inductor_alone_where_it_cannot_vouch(monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "0")  # the user's choice stands
     with compilation.one_isa_check("cpu"):
         assert config.cpp.vec_isa_ok is None
+
+
+def test_cpu_graphs_use_the_cpp_wrapper_unless_turned_off(monkeypatch):
+    assert compiled_graphs.cpu_options() == {"cpp_wrapper": True}
+    monkeypatch.setenv(compiled_graphs.CPP_WRAPPER_ENV, "0")
+    assert compiled_graphs.cpu_options() is None
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_the_cpp_wrapper_draws_what_the_python_wrapper_draws(tmp_path):
+    """The wrapper only calls the graph's kernels and matrix products: a compiled run draws the same
+    with either, bit for bit (each in its own process: ``compiled`` is made once per process)."""
+    script = ("import sys, numpy as np; from bnnzoo.inference import run; "
+              "r = run('cosine_mlp', {'name': 'cosine', 'n_train': 40, 'n_test': 10}, engine='chees', num_samples=30, "
+              "warmup_steps=30, num_chains=4, seed=0, progress=False, threads=1, compile=True); "
+              "assert r.compile_seconds > 0; np.savez(sys.argv[1], **{k: np.asarray(v) for k, v in r.samples.items()})")
+    draws = {}
+    for flag in ("1", "0"):
+        path = tmp_path / f"wrapper{flag}.npz"
+        subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=600,
+                       env=dict(os.environ, **{compiled_graphs.CPP_WRAPPER_ENV: flag}))
+        draws[flag] = dict(np.load(path))
+    assert draws["1"].keys() == draws["0"].keys()
+    for name in draws["1"]:
+        assert (draws["1"][name] == draws["0"][name]).all(), name

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from bnnzoo.inference import prewarm, run
+from bnnzoo.inference import compiled_graphs, prewarm, run
 
 
 @pytest.fixture
@@ -94,25 +94,29 @@ def test_the_background_process_compiles_leaves_its_marker_and_drops_its_lock(tm
     """The child itself, as a run starts it but at normal priority (at its lowest it waits for the busy
     cores of a test run), the inductor cache the suite's and bnnzoo's empty."""
     env = dict(os.environ, BNNZOO_CACHE=str(tmp_path / "cache"))
-    lock = tmp_path / "cache" / "prewarm" / f"done-torch-{torch.__version__}.lock"
+    lock = tmp_path / "cache" / "prewarm" / f"{prewarm.marker().name}.lock"
     lock.parent.mkdir(parents=True)
     lock.write_text("")
     subprocess.run([sys.executable, "-c", "from bnnzoo.inference import prewarm; prewarm.main(nice=0)"], env=env,
                    check=True, timeout=600)
-    assert (tmp_path / "cache" / "prewarm" / f"done-torch-{torch.__version__}").read_text().endswith(": done\n")
+    assert (tmp_path / "cache" / "prewarm" / prewarm.marker().name).read_text().endswith(": done\n")
     assert not lock.exists()
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on the PATH")
-def test_the_set_up_builds_the_header_a_compiled_graph_then_uses(tmp_path):
-    """The set-up builds its kernel, not a compiled graph: the precompiled header it leaves must be the
-    one a graph's kernels ask for (same flags), or a run would still build its own. On an empty folder
-    of headers (``$TMPDIR``), the set-up builds one, and a compiled run after it builds none."""
+@pytest.mark.parametrize("wrapper", ["cpp", pytest.param("python", marks=pytest.mark.slow)])
+def test_the_set_up_builds_the_header_a_compiled_graph_then_uses(tmp_path, monkeypatch, wrapper):
+    """The set-up builds a small module, not a compiled graph: the precompiled header it leaves must be
+    the one a graph's module asks for (same header, same flags), or a run would still build its own.
+    On an empty folder of headers (``$TMPDIR``), the set-up builds one, and a compiled run after it
+    builds none: with the C++ wrapper bnnzoo's CPU graphs use, and with inductor's Python wrapper
+    (``BNNZOO_CPP_WRAPPER=0``), whose kernels ask for another header."""
+    monkeypatch.setenv(compiled_graphs.CPP_WRAPPER_ENV, "1" if wrapper == "cpp" else "0")
     (tmp_path / "tmp").mkdir()
     env = dict(os.environ, BNNZOO_CACHE=str(tmp_path / "cache"), TMPDIR=str(tmp_path / "tmp"))
     subprocess.run([sys.executable, "-c", "from bnnzoo.inference import prewarm; prewarm.main(nice=0)"], env=env,
                    check=True, timeout=600)
-    assert (tmp_path / "cache" / "prewarm" / f"done-torch-{torch.__version__}").read_text().endswith(": done\n")
+    assert (tmp_path / "cache" / "prewarm" / prewarm.marker().name).read_text().endswith(": done\n")
     headers = sorted((tmp_path / "tmp").rglob("*.gch"))
     assert len(headers) == 1
     built = headers[0].stat().st_mtime_ns
