@@ -89,6 +89,17 @@ def test_bench_traced_gradient_times_the_three_gradients_and_checks_the_bits(mon
         assert r["autograd_ms"] > 0 and r["traced_ms"] > 0 and r["analytic_ms"] > 0
 
 
+def test_bench_cpp_wrapper_times_both_wrappers_of_the_four_step_graph(monkeypatch):
+    """``bench_cpp_wrapper`` at one round on one model, its graphs run uncompiled (as traced): both
+    wrappers' calls take the four-step graph's arguments, agree, and give a row with both times."""
+    bench, written = _timed_bench(monkeypatch, "bench_cpp_wrapper")
+    monkeypatch.setattr(bench.torch, "compile", lambda fn, **kwargs: fn)
+    bench.main(["--rounds", "1", "--pairs", "2", "--models", "cosine"])
+    (row,) = written["payload"]["rows"]
+    assert written["name"] == "hot_path_cpp_wrapper" and row["model"] == "cosine" and row["D"] == 151
+    assert row["python_us"] > 0 and row["cpp_us"] > 0 and row["python_over_cpp"] > 0
+
+
 def _bench_posteriors(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
     return importlib.import_module("bench_posteriors")
