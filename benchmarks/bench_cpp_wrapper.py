@@ -8,7 +8,7 @@ both ways in one process, for each model, checks that both give the same numbers
 times one call of each (per leapfrog step), the two called in turn, call by call (the shared
 machine's speed drifts from second to second), at one intra-op thread. Models: the cosine MLP (1-50-1 tanh), diabetes and breast cancer (the zoo's networks on
 the seed-0 split) and the learned-noise network (bench_learned_noise's 10-32-16-1 tanh with a
-learned noise variance), 8 chains. Also reported: the seconds of each first call (the compile; the
+learned noise variance), 8 chains (``--chains``). Also reported: the seconds of each first call (the compile; the
 Python wrapper's comes first, on an empty cache only if the cache folders are).
 
 Usage: ``python benchmarks/bench_cpp_wrapper.py [--rounds 15] [--pairs 200] [--models ...] [--name NAME]``;
@@ -52,16 +52,16 @@ def network(model: str):
     return bench.spec, bench.data.x_train, bench.data.y_train
 
 
-def calls(model: str) -> tuple[dict, dict, int]:
-    """For ``model``: the call of the four-step graph with each wrapper, the seconds of its first call,
-    and the network's dimension; raises when the two give different numbers."""
+def calls(model: str, chains: int = CHAINS) -> tuple[dict, dict, int]:
+    """For ``model`` and ``chains``: the call of the four-step graph with each wrapper, the seconds of
+    its first call, and the network's dimension; raises when the two give different numbers."""
     spec, x, y = network(model)
     potential = BNNPotential(BNN(spec), x, y, compile=False)  # the graphs below are compiled here
     pyro.set_rng_seed(0)
-    theta = initial_theta(potential, CHAINS)
+    theta = initial_theta(potential, chains)
     _, grad = potential.analytic_value_and_grad(theta)
     p, inv_mass = torch.randn_like(theta), torch.ones(theta.shape[-1])
-    high, low = torch.full((CHAINS,), -1e30), torch.full((CHAINS,), 1e30)
+    high, low = torch.full((chains,), -1e30), torch.full((chains,), 1e30)
     sizes = unroll_step_sizes(1e-3, theta)
     args = (potential, theta, p, grad, sizes, inv_mass, high, low)
     fns, first, outs = {}, {}, {}
@@ -103,6 +103,7 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=15, help="rounds, each timing the two wrappers in turn")
     parser.add_argument("--pairs", type=int, default=200, help="calls of each wrapper in a round, in turn")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--chains", type=int, nargs="+", default=[CHAINS], help="chain counts (default 8)")
     parser.add_argument("--name", default="hot_path_cpp_wrapper")
     args = parser.parse_args(argv)
     for name in ("rounds", "pairs"):
@@ -112,17 +113,19 @@ def main(argv=None) -> None:
     load_start = os.getloadavg()[0]
     rows, times = [], {}
     for model in args.models:
-        fns, first, dim = calls(model)
-        times[model] = interleaved(fns, args.rounds, args.pairs)
-        ratios = [p / c for p, c in zip(times[model]["python"], times[model]["cpp"])]
-        rows.append({"model": model, "D": dim, "python_us": statistics.median(times[model]["python"]),
-                     "cpp_us": statistics.median(times[model]["cpp"]), "python_over_cpp": statistics.median(ratios),
-                     "ratio_range": f"{min(ratios):.3f}-{max(ratios):.3f}",
-                     "first_call_python_s": first["python"], "first_call_cpp_s": first["cpp"]})
-        print(rows[-1], flush=True)
+        for chains in args.chains:
+            fns, first, dim = calls(model, chains)
+            case = f"{model}, {chains} chains"
+            times[case] = interleaved(fns, args.rounds, args.pairs)
+            ratios = [p / c for p, c in zip(times[case]["python"], times[case]["cpp"])]
+            rows.append({"model": model, "D": dim, "chains": chains, "python_us": statistics.median(times[case]["python"]),
+                         "cpp_us": statistics.median(times[case]["cpp"]), "python_over_cpp": statistics.median(ratios),
+                         "ratio_range": f"{min(ratios):.3f}-{max(ratios):.3f}",
+                         "first_call_python_s": first["python"], "first_call_cpp_s": first["cpp"]})
+            print(rows[-1], flush=True)
     load_end = os.getloadavg()[0]
     table = markdown_table(rows, list(rows[0]))
-    table += (f"\n\n{CHAINS} chains, float32, one intra-op thread: microseconds per leapfrog step of the compiled "
+    table += (f"\n\nFloat32, one intra-op thread: microseconds per leapfrog step of the compiled "
               f"four-step graph ({UNROLL} steps a call, the call's Python and dispatch included), medians of "
               f"{args.rounds} rounds, each calling the two wrappers in turn {args.pairs} times; python_over_cpp: the "
               "median of the per-round ratios (above 1: the C++ wrapper is faster), ratio_range their range. Both graphs gave the same "

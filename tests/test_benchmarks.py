@@ -96,7 +96,7 @@ def test_bench_cpp_wrapper_times_both_wrappers_of_the_four_step_graph(monkeypatc
     monkeypatch.setattr(bench.torch, "compile", lambda fn, **kwargs: fn)
     bench.main(["--rounds", "1", "--pairs", "2", "--models", "cosine"])
     (row,) = written["payload"]["rows"]
-    assert written["name"] == "hot_path_cpp_wrapper" and row["model"] == "cosine" and row["D"] == 151
+    assert written["name"] == "hot_path_cpp_wrapper" and row["model"] == "cosine" and row["D"] == 151 and row["chains"] == 8
     assert row["python_us"] > 0 and row["cpp_us"] > 0 and row["python_over_cpp"] > 0
 
 

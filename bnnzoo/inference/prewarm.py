@@ -5,12 +5,13 @@ dry compiles that check the processor's vector instruction sets and the build of
 C++ header (together about 13 of a cold compile's 23 s on this project's 2-core machine, against 5 s
 warm: ``benchmarks/results/first_compile.md``). A run whose ``compile="auto"`` may compile starts,
 at most once per machine and torch version, one background process (:func:`main`, at the lowest
-priority) that builds a small C++ kernel as inductor builds a compiled graph's, and so leaves both on
-disk (the checks in the run's inductor cache folder, the header in inductor's folder of headers)
-while the run takes its first, eager, steps on its own thread. Building the kernel directly, not
-through a compiled function, leaves out the tracing and lowering that would come before the checks,
-so the header is there sooner (a cold run's compile about 4.5 s shorter on an Intel Xeon:
-``benchmarks/results/first_compile_kernel.md``). When the run
+priority) that builds a small C++ module as inductor builds a compiled graph's (:func:`build_a_kernel`:
+with the C++ wrapper bnnzoo's CPU graphs use, whose precompiled header is not the kernels' one), and
+so leaves both on disk (the checks in the run's inductor cache folder, the header in inductor's
+folder of headers) while the run takes its first, eager, steps on its own thread. Building the module
+directly, not through a compiled function, leaves out the tracing and lowering that would come
+before the checks, so the header is there sooner (a cold run's compile about 4.5 s shorter on an
+Intel Xeon: ``benchmarks/results/first_compile_kernel.md``). When the run
 decides to compile, it finds them there; inductor's file locks make a compile that starts before the
 background process is done wait for, or repeat, the same work, never use half of it.
 
