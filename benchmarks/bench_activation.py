@@ -20,16 +20,15 @@ import statistics
 import sys
 from pathlib import Path
 
-import pyro
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, markdown_table, time_call, write_results  # noqa: E402
+from common import leapfrog_steps_args, machine, markdown_table, time_call, write_results  # noqa: E402
 
 from bnnzoo.data import load  # noqa: E402
-from bnnzoo.inference.potential import BNNPotential, initial_theta  # noqa: E402
-from bnnzoo.inference.compiled_graphs import UNROLL, unroll_step_sizes  # noqa: E402
+from bnnzoo.inference.potential import BNNPotential  # noqa: E402
+from bnnzoo.inference.compiled_graphs import UNROLL  # noqa: E402
 from bnnzoo.models import BNN, zoo  # noqa: E402
 
 CHAINS = 8
@@ -42,13 +41,8 @@ def leapfrog_step(activation: str):
     data = load("cosine", seed=0)
     potential = BNNPotential(BNN(zoo.cosine_mlp(activation=activation)), data.x_train, data.y_train,
                              compile=True)
-    pyro.set_rng_seed(0)
-    theta = initial_theta(potential, CHAINS)
-    _, grad = potential.value_and_grad(theta)
-    p, inv_mass = torch.randn_like(theta), torch.ones(theta.shape[-1])
-    high, low = torch.full((CHAINS,), -1e30), torch.full((CHAINS,), 1e30)
-    sizes = unroll_step_sizes(1e-3, theta)
-    return lambda: potential.graphs.leapfrog_steps(theta, p, grad, sizes, inv_mass, high, low)
+    args = leapfrog_steps_args(potential, CHAINS)
+    return lambda: potential.graphs.leapfrog_steps(*args)
 
 
 def main(argv=None) -> None:

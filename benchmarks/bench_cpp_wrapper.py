@@ -24,15 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-import pyro
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, markdown_table, time_call, write_results  # noqa: E402
+from common import leapfrog_steps_args, machine, markdown_table, time_call, write_results  # noqa: E402
 
-from bnnzoo.inference.compiled_graphs import GRAPHS, UNROLL, _flushing_denormals, unroll_step_sizes  # noqa: E402
-from bnnzoo.inference.potential import BNNPotential, initial_theta  # noqa: E402
+from bnnzoo.inference.compiled_graphs import GRAPHS, UNROLL, _flushing_denormals  # noqa: E402
+from bnnzoo.inference.potential import BNNPotential  # noqa: E402
 from bnnzoo.models import BNN  # noqa: E402
 
 CHAINS = 8
@@ -57,13 +56,7 @@ def calls(model: str, chains: int = CHAINS) -> tuple[dict, dict, int]:
     its first call, and the network's dimension; raises when the two give different numbers."""
     spec, x, y = network(model)
     potential = BNNPotential(BNN(spec), x, y, compile=False)  # the graphs below are compiled here
-    pyro.set_rng_seed(0)
-    theta = initial_theta(potential, chains)
-    _, grad = potential.analytic_value_and_grad(theta)
-    p, inv_mass = torch.randn_like(theta), torch.ones(theta.shape[-1])
-    high, low = torch.full((chains,), -1e30), torch.full((chains,), 1e30)
-    sizes = unroll_step_sizes(1e-3, theta)
-    args = (potential, theta, p, grad, sizes, inv_mass, high, low)
+    args = (potential, *leapfrog_steps_args(potential, chains))
     fns, first, outs = {}, {}, {}
     for name, options in WRAPPERS.items():
         graph = torch.compile(GRAPHS["leapfrog_steps"], dynamic=False, options=options)

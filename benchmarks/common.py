@@ -221,3 +221,20 @@ def probe_json(command: list[str], tree: Path, env: dict[str, str]):
     if done.returncode:
         raise RuntimeError(f"probe failed in {tree}:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def leapfrog_steps_args(potential, chains: int) -> tuple:
+    """The arguments after the potential of one call of bnnzoo's four-step leapfrog graph
+    (``compiled_graphs.GRAPHS["leapfrog_steps"]``) for ``chains`` chains: initial points at seed 0,
+    their gradient, random momenta, a unit mass, steps of 1e-3 and open energy bounds."""
+    import pyro
+
+    from bnnzoo.inference.compiled_graphs import unroll_step_sizes
+    from bnnzoo.inference.potential import initial_theta
+
+    pyro.set_rng_seed(0)
+    theta = initial_theta(potential, chains)
+    _, grad = potential.analytic_value_and_grad(theta)
+    p, inv_mass = torch.randn_like(theta), torch.ones(theta.shape[-1])
+    high, low = torch.full((chains,), -1e30), torch.full((chains,), 1e30)
+    return theta, p, grad, unroll_step_sizes(1e-3, theta), inv_mass, high, low
