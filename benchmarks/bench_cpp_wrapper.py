@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import leapfrog_steps_args, machine, markdown_table, time_call, write_results  # noqa: E402
 
-from bnnzoo.inference.compiled_graphs import GRAPHS, UNROLL, _flushing_denormals  # noqa: E402
+from bnnzoo.inference.compiled_graphs import CPU_OPTIONS, GRAPHS, UNROLL, _flushing_denormals  # noqa: E402
 from bnnzoo.inference.potential import BNNPotential  # noqa: E402
 from bnnzoo.models import BNN  # noqa: E402
 
 CHAINS = 8
 MODELS = ("cosine", "diabetes", "breast_cancer", "learned_noise")
-WRAPPERS = {"python": None, "cpp": {"cpp_wrapper": True}}
+WRAPPERS = {"python": None, "cpp": CPU_OPTIONS}  # the library's own options for the C++ one
 
 
 def network(model: str):
