@@ -114,15 +114,15 @@ SAMPLED = {"eight schools": (eight_schools, schools_data, "schools"),
 
 
 def bnnzoo_chees(model_name: str, seed: int, draws: int, warmup: int, vectorize: bool = True,
-                 trace: bool = True) -> dict:
+                 trace: bool = True, **options) -> dict:
     model, data, _ = SAMPLED[model_name]
     args = data()
     pyro.set_rng_seed(seed)
     start = time.perf_counter()
     if vectorize and trace:
-        kernel = ChEESHMC(model)
+        kernel = ChEESHMC(model, **options)
     else:
-        kernel = ChEESHMC(potential=PyroPotential(model, args, vectorize=vectorize, trace=trace))
+        kernel = ChEESHMC(potential=PyroPotential(model, args, vectorize=vectorize, trace=trace), **options)
     mcmc = MCMC(kernel, num_samples=draws // 8, warmup_steps=warmup, num_chains=8, chain_method="vectorized",
                 disable_progbar=True)
     mcmc.run(*args)

@@ -5,7 +5,7 @@ installed), bnnzoo's many-chain ChEES-HMC with no flags (``compile="auto"``,
 chains), BlackJAX's ChEES-HMC with as many chains as bnnzoo's and its adjusted MCLMC (MAMS)
 with as many as bnnzoo's ``mams`` (when installed; the same algorithms in JAX), and
 optionally Pyro NUTS (stock and on bnnzoo's fast potential) and ChEES forced eager or
-compiled, or with its late mass windows (``--modes``).
+compiled, or with another warm-up (``--modes``: Stan's windows, or T adapted from the start).
 
 The model is the cosine MLP of paper 003 (1-50-1 tanh, N(0, 1) priors, noise 0.1, 100
 points), or with ``--model digits`` the compute-bound digits MLP (64-128-128-10 ReLU, N(0,1)
@@ -39,7 +39,7 @@ earlier processes on this machine left there.
 
 Usage: ``python benchmarks/bench_sampling.py [--model cosine] [--draws 1000] [--warmup 500]
 [--chees-chains 8 16 32] [--micro-chains 8] [--nuts-chains 8] [--chees-warmup 200] [--seeds 3] [--slow-seeds 1]
-[--modes default eager compiled late]
+[--modes default eager compiled stan late_adapt]
 [--micro-warmup 1000] [--mclmc-draws 20000] [--skip-numpyro] [--skip-blackjax] [--skip-blackjax-mams]
 [--skip-stock] [--skip-fast-nuts] [--device cuda] [--name sampling] [--retable]``; writes
 ``benchmarks/results/NAME.{json,md}``.
@@ -141,7 +141,9 @@ MAX_RHAT, MIN_ESS = 1.1, 100.0
 
 
 #: the bnnzoo ChEES rows of ``--modes``: each one option away from the defaults
-MODES = {"default": {}, "eager": {"compile": False}, "compiled": {"compile": True}, "late": {"mass_schedule": "late"}}
+MODES = {"default": {}, "eager": {"compile": False}, "compiled": {"compile": True},
+         "stan": {"mass_schedule": "stan", "hold_trajectory": False},  # the default warm-up until 2026-12-02
+         "late_adapt": {"hold_trajectory": False}}  # the late windows with T adapted from the start
 
 
 def score(name: str, wall: float, lp: np.ndarray, f: np.ndarray, extra: dict, grads: float | None = None) -> dict:
@@ -374,8 +376,9 @@ def main(argv=None):
                         help="runs of the two Pyro NUTS engines (tens of minutes each), after the others")
     parser.add_argument("--modes", nargs="+", default=["default"], choices=list(MODES),
                         help="bnnzoo ChEES rows: 'default' (no flags: compile='auto', threads='auto'), "
-                             "'eager' (compile=False), 'compiled' (compile=True), 'late' (mass_schedule='late', "
-                             "the mass windows in the last 30%% of warm-up)")
+                             "'eager' (compile=False), 'compiled' (compile=True), 'stan' (Stan's mass windows, "
+                             "T adapted from the first transition: the warm-up before 2026-12-02), 'late_adapt' "
+                             "(the default late windows, T adapted from the first transition)")
     parser.add_argument("--skip-numpyro", action="store_true", help="skip NumPyro's NUTS row")
     parser.add_argument("--skip-blackjax", action="store_true",
                         help="skip all BlackJAX rows (ChEES and adjusted MCLMC)")

@@ -9,7 +9,8 @@ Laplace prior and a learned noise variance, 442 generated rows). The digits MLP 
 table: nothing converges on it from the prior; the ``posteriors`` part below runs it with
 optimise-then-sample.
 
-Engines (``--engines``): ``chees`` (bnnzoo's default engine, ``--chains`` vectorized chains), any
+Engines (``--engines``): ``chees`` (bnnzoo's default engine, ``--chains`` vectorized chains),
+``chees@MODE`` (the same with the options of bench_sampling's ``MODES[MODE]``, e.g. ``chees@stan``), any
 other bnnzoo engine by name (``mams``, ``batched_nuts``, ...; BNN models only), ``numpyro``
 (NumPyro's NUTS with its defaults, 2 chains in turn, its JIT inside the timed run) and
 ``blackjax_chees`` / ``blackjax_mams`` (BNN models; bench_sampling's). NumPyro and BlackJAX need
@@ -113,7 +114,16 @@ def bench(model: str) -> bs.Bench:
     return bs.Bench.of(spec, Dataset("learned_noise", "regression", x, y, x[:20], y[:20]))
 
 
+def engine_mode(engine: str) -> tuple[str, dict]:
+    """``engine`` without its ``@MODE`` and the options of bench_sampling's ``MODES[MODE]`` ({} without one)."""
+    name, _, mode = engine.partition("@")
+    return name, dict(bs.MODES[mode]) if mode else {}
+
+
 def engine_label(engine: str, chains: int) -> str:
+    if "@" in engine:
+        name, _, mode = engine.partition("@")
+        return f"bnnzoo {name} ({mode}), {chains} chains"
     if engine == "numpyro":
         return "numpyro NUTS, 2 chains"
     if engine.startswith("blackjax_"):
@@ -130,7 +140,7 @@ def skip_reason(model: str, engine: str, args) -> str | None:
             return "jax/numpyro not importable (the bench extra)"
         if engine.startswith("blackjax") and not importlib.util.find_spec("blackjax"):
             return "blackjax not importable (the bench extra)"
-    if MODELS[model] == "pyro" and engine not in ("chees", "numpyro"):
+    if MODELS[model] == "pyro" and engine_mode(engine)[0] not in ("chees", "numpyro"):
         return "not written for plain Pyro models here (bench_pyro_vectorized runs ChEES and NumPyro's NUTS)"
     return None
 
@@ -139,14 +149,14 @@ def measure(model: str, engine: str, seed: int, args, chains: int | None = None,
     """One scored run: bench_sampling's (BNN models) or bench_pyro_vectorized's (plain Pyro models)
     measurement, in the suite's row layout (``ess``: the smaller of lp's and f's ESS)."""
     chains, draws = chains or args.chains, draws or args.draws
+    name, options = engine_mode(engine)
     if MODELS[model] == "pyro":
-        name = PYRO_NAMES[model]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if engine == "chees":
-                row = pyro_bench.bnnzoo_chees(name, seed, draws, args.warmup)
+            if name == "chees":
+                row = pyro_bench.bnnzoo_chees(PYRO_NAMES[model], seed, draws, args.warmup, **options)
             else:
-                row = pyro_bench.numpyro_nuts(name, seed, draws, args.warmup)
+                row = pyro_bench.numpyro_nuts(PYRO_NAMES[model], seed, draws, args.warmup)
         row.update(ess=row["ess_min"], kgrads=None)
     else:
         b = bench(model)
@@ -157,8 +167,8 @@ def measure(model: str, engine: str, seed: int, args, chains: int | None = None,
         elif engine == "blackjax_mams":
             row = bs.blackjax_mams(b, chains, draws, args.warmup, seed)
         else:
-            row = bs.bnnzoo_engine("", b, engine, chains, draws, args.warmup, seed, progress=False,
-                                   threads=args.threads)
+            row = bs.bnnzoo_engine("", b, name, chains, draws, args.warmup, seed, progress=False,
+                                   threads=args.threads, **options)
         row["ess"] = min(row["ess_lp"], row["ess_f_min"])
     row.update(model=model, engine=engine_label(engine, chains), seed=seed, load_1min=os.getloadavg()[0])
     return row
@@ -505,8 +515,10 @@ def parse(argv=None):
     if args.threads != "auto":
         args.threads = int(args.threads)
     for engine in args.engines:
-        if engine not in ENGINES and engine not in JAX_ENGINES:
-            parser.error(f"--engines: unknown engine {engine!r}")
+        name, _, mode = engine.partition("@")
+        if (name not in ENGINES and engine not in JAX_ENGINES) or (mode and (name != "chees" or mode not in bs.MODES)):
+            parser.error(f"--engines: unknown engine {engine!r} (a mode, chees@MODE, is one of "
+                         f"{', '.join(bs.MODES)})")
     if args.smoke:
         args.draws, args.warmup, args.seeds = 64, 20, 1
         if "--models" not in (argv if argv is not None else sys.argv):

@@ -370,8 +370,8 @@ def test_auto_compile_decides_after_the_kernels_own_first_mass_window():
     from bnnzoo.inference.kernels import ChEESHMC
 
     small = cosine_potential()
-    stan = ChEESHMC(potential=small, num_chains=4)
-    late = ChEESHMC(potential=small, num_chains=4, mass_schedule="late")
+    stan = ChEESHMC(potential=small, num_chains=4, mass_schedule="stan")
+    late = ChEESHMC(potential=small, num_chains=4)  # the default schedule
     assert _auto_compile(stan, small, 200, 100, 1).decide_at == 100 + compilation.PROBE  # Stan's (75, 100)
     assert _auto_compile(late, small, 200, 100, 1).decide_at == 155 + compilation.PROBE  # (140, 155)
 

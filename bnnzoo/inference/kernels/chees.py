@@ -35,12 +35,15 @@ class ChEESOptions(WarmupOptions):
         None, "initial T, fixed if adapt_trajectory=False (None: the chains' U-turn time at each mass update)",
         optional(positive))
     adapt_trajectory: bool = option(True, "adapt T by ChEES during warm-up", flag)
+    hold_trajectory: bool = option(True, "until the first mass update keep the leapfrog steps per transition where "
+                                   "they start (T follows the step size), and adapt T by ChEES from there on: a "
+                                   "cheap first phase of warm-up", flag)
     max_leapfrog_steps: int = option(1000, "cap on leapfrog steps per transition", integer(1))
     jitter: str = option("halton", "trajectory jitter u_n in (0, 1): quasi-random 'halton' or 'uniform'",
                          choice(*JITTERS))
-    mass_schedule: str = option("stan", "mass-matrix windows: Stan's doubling ones ('stan'), or two in the last "
-                                "30% of warm-up ('late': the short-T iterations before them are cheap)",
-                                choice(*MASS_SCHEDULES))
+    mass_schedule: str = option("late", "mass-matrix windows: two in the last 30% of warm-up ('late': the iterations "
+                                "before them are cheap, ten steps each with hold_trajectory), or Stan's doubling "
+                                "ones ('stan')", choice(*MASS_SCHEDULES))
 
 
 class ChEESHMC(FixedStepHMC):
@@ -63,10 +66,17 @@ class ChEESHMC(FixedStepHMC):
     (:meth:`~bnnzoo.inference.kernels.hmc.HMCSampler.u_turn_time`) unless ``trajectory_length`` was given, in which case the expected distance
     :math:`T \sqrt{\operatorname{tr} M^{-1}}` is kept. After warm-up :math:`T` is the
     running average :math:`\log \bar T_n = n^{-1/2} \log T_n + (1 - n^{-1/2}) \log \bar T_{n-1}`
-    (restarted at each mass update); all is frozen. The mass windows are Stan's, or with
-    ``mass_schedule="late"`` two in the last 30% of warm-up
-    (:func:`~bnnzoo.inference.adaptation.late_mass_windows`): until the first one ends
-    :math:`T` is short and an iteration cheap, after it each costs a full trajectory.
+    (restarted at each mass update); all is frozen.
+
+    The warm-up has a cheap phase and a dear one. By default (``mass_schedule="late"``) the two mass
+    windows lie in the last 30% of warm-up
+    (:func:`~bnnzoo.inference.adaptation.late_mass_windows`), and until the first one ends
+    (``hold_trajectory=True``) :math:`T` is held at ten steps of the averaged step size, no Adam
+    step: 70% of warm-up at about five gradients a transition, which brings the chains to the
+    typical set and sets the step size; from the first mass update on every transition costs a full
+    trajectory. ``mass_schedule="stan"`` and ``hold_trajectory=False`` give Stan's doubling windows
+    and :math:`T` adapted from the first transition (the default until 2026-12-02; the benchmark that
+    moved it: ``docs/performance.md``, "ChEES's warm-up").
 
     Options: :class:`ChEESOptions`. Per-draw statistics: those of
     :class:`~bnnzoo.inference.kernels.hmc.FixedStepHMC` and ``trajectory_length``
@@ -110,7 +120,9 @@ class ChEESHMC(FixedStepHMC):
         params = params._replace(trajectory_length=clip_length(length, params.step_size, opts.max_leapfrog_steps))
         component = TrajectoryLengthAdaptation(opts.adapt_trajectory,
                                                opts.adapt_trajectory and opts.trajectory_length is None,
-                                               opts.max_leapfrog_steps)
+                                               opts.max_leapfrog_steps,
+                                               hold=params.trajectory_length / params.step_size
+                                               if opts.hold_trajectory else None)
         return sampler, self.window_adaptation(components=(component,), schedule=MASS_SCHEDULES[opts.mass_schedule]), \
             params
 
@@ -140,18 +152,23 @@ class TrajectoryLengthAdaptation(WarmupComponent):
     adaptation (:class:`ChEESHMC`'s docstring has the rules): with ``adapt``, Adam on the ChEES
     criterion in :math:`\log T` after each step-size update, its running average restarted at each mass
     update where :math:`T` keeps the expected distance :math:`T\sqrt{\operatorname{tr} M^{-1}}` or, with
-    ``guess`` (no ``trajectory_length`` given), restarts from the chains' U-turn time; the average at the
-    end of warm-up; :math:`T` kept in ``[eps, max_steps * eps]`` after every step, ``eps`` dual
+    ``guess`` (no ``trajectory_length`` given), restarts from the chains' U-turn time; with ``hold``,
+    a number of steps (:class:`ChEESHMC` passes :math:`T / \epsilon` as warm-up starts: ten, or the given
+    ``trajectory_length``'s), no Adam step (and no average) before the first mass update and
+    :math:`T = \text{hold}\cdot\bar\epsilon`, so those iterations stay cheap however the step size
+    moves; the average at the end of warm-up; :math:`T` kept in ``[eps, max_steps * eps]`` after every step, ``eps`` dual
     averaging's *averaged* step size (its raw iterates swing by 10x, and clipping to them would cut
     :math:`T` down at every dip)."""
 
-    def __init__(self, adapt: bool, guess: bool, max_steps: int):
+    def __init__(self, adapt: bool, guess: bool, max_steps: int, hold: float | None = None):
         self.adapt, self.guess, self.max_steps = adapt, guess, int(max_steps)
+        self.held, self.held_steps = hold is not None, hold
         self.adam = ScalarAdam()
         self.log_length_avg, self.count = 0.0, 0
 
     def after_step(self, adaptation, params: HMCParams, step) -> HMCParams:
-        if not self.adapt:
+        self.held = self.held and bool(adaptation.windows)  # no mass update to wait for
+        if not self.adapt or self.held:
             return params
         grad = chees_gradient(step.theta, step.proposal, step.momentum, step.prob, step.diverging, step.time,
                               params.inv_mass)
@@ -172,6 +189,7 @@ class TrajectoryLengthAdaptation(WarmupComponent):
         return params._replace(trajectory_length=length)
 
     def after_mass_change(self, adaptation, sampler, state, params: HMCParams, settled) -> HMCParams:
+        self.held = False
         if not self.guess:
             return params
         # near leapfrog's stability limit the stiffest directions swing and fake a U-turn
@@ -190,4 +208,6 @@ class TrajectoryLengthAdaptation(WarmupComponent):
     def after_update(self, adaptation, params: HMCParams) -> HMCParams:
         step_size = adaptation.averaged_step_size
         step_size = params.step_size if step_size is None else step_size
+        if self.held and self.adapt:
+            params = params._replace(trajectory_length=self.held_steps * step_size)
         return params._replace(trajectory_length=clip_length(params.trajectory_length, step_size, self.max_steps))

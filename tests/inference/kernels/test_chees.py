@@ -100,17 +100,46 @@ def test_leapfrog_is_reversible_and_nearly_conserves_energy():
     torch.testing.assert_close(-p2, p)
 
 
-@pytest.mark.parametrize("mass_schedule", ["stan", "late"])
-def test_correlated_ill_scaled_gaussian(mass_schedule):
+@pytest.mark.parametrize("mass_schedule, hold", [("stan", False), ("late", False), ("late", True)])
+def test_correlated_ill_scaled_gaussian(mass_schedule, hold):
     mean, cov = ill_scaled_gaussian()
     kernel, draws = sample(GaussianTarget(mean, cov), num_chains=32, num_samples=250, warmup_steps=300,
-                           mass_schedule=mass_schedule)
+                           mass_schedule=mass_schedule, hold_trajectory=hold)
     expected = {"stan": [(75, 100), (100, 150), (150, 250)], "late": [(210, 232), (232, 270)]}[mass_schedule]
     assert kernel.adaptation.windows == expected
     assert_moments(draws.samples["x"], mean, np.sqrt(np.diag(cov)), min_ess=1000)
     # the warm-up found the scales: inverse mass ~ the variances
     np.testing.assert_allclose(kernel.inv_mass.numpy(), np.diag(cov), rtol=0.3)
     assert draws.sample_stats["diverging"].sum() == 0
+
+
+def test_hold_trajectory_keeps_ten_steps_until_the_first_mass_update():
+    mean, cov = ill_scaled_gaussian()
+    kernel, draws = sample(GaussianTarget(mean, cov), num_chains=8, num_samples=10, warmup_steps=300,
+                           mass_schedule="late", hold_trajectory=True)
+    first_update = kernel.adaptation.windows[0][1] - 1  # 231: the T of transition t is set after t - 1
+    stats = draws.warmup_sample_stats
+    length, step = stats["trajectory_length"][0], stats["step_size"][0]
+    # T = 10 x dual averaging's averaged step size (kappa 0.75) over the iterates so far
+    log_avg, expected = 0.0, []
+    for s, eps in enumerate(step[1: first_update + 1], start=1):
+        log_avg += s ** -0.75 * (math.log(eps) - log_avg)
+        expected.append(10 * math.exp(log_avg))
+    np.testing.assert_allclose(length[1: first_update + 1], expected, rtol=1e-9)
+    assert np.all(stats["n_steps"][:, : first_update + 1] <= 10 * step[0] / step.min() + 1)
+    after = length[first_update + 1:]
+    assert len(np.unique(after)) > 10 and after.min() > length[first_update]  # U-turn restart, then ChEES
+    # without it, Adam moves T on its own from the first transition on
+    _, free = sample(GaussianTarget(mean, cov), num_chains=8, num_samples=10, warmup_steps=300,
+                     mass_schedule="late", hold_trajectory=False)
+    free_length = free.warmup_sample_stats["trajectory_length"][0][: first_update + 1]
+    assert free_length[-1] > 3 * length[first_update]
+
+
+def test_hold_trajectory_with_no_mass_update_adapts_t_from_the_start():
+    _, draws = sample(GaussianTarget([0.0, 0.0], np.eye(2)), num_chains=4, num_samples=5, warmup_steps=60,
+                      adapt_mass_matrix=False)  # hold_trajectory=True, the default
+    assert len(np.unique(draws.warmup_sample_stats["trajectory_length"][0])) > 30
 
 
 @pytest.mark.parametrize("compile", [False, pytest.param(True, marks=needs_compiler)])
@@ -161,8 +190,10 @@ def test_a_divergent_chain_counts_as_a_rejection_in_the_steered_statistic():
         ({"max_leapfrog_steps": 0}, "max_leapfrog_steps"),
         ({"jitter": "sobol"}, "jitter"),
         ({"mass_schedule": "early"}, "mass_schedule"),
+        ({"hold_trajectory": "yes"}, "hold_trajectory"),
     ],
-    ids=["step0", "step-neg", "accept1", "accept0", "one-chain", "length-neg", "max-steps0", "jitter", "schedule"],
+    ids=["step0", "step-neg", "accept1", "accept0", "one-chain", "length-neg", "max-steps0", "jitter", "schedule",
+         "hold"],
 )
 def test_bad_options_raise_naming_the_option(options, name):
     with pytest.raises(ValueError, match=name):  # the chains' check comes when the kernel is set up
