@@ -76,7 +76,7 @@ class ChEESHMC(FixedStepHMC):
     typical set and sets the step size; from the first mass update on every transition costs a full
     trajectory. ``mass_schedule="stan"`` and ``hold_trajectory=False`` give Stan's doubling windows
     and :math:`T` adapted from the first transition (the default until 2026-12-02; the benchmark that
-    moved it: ``docs/performance.md``, "ChEES's warm-up").
+    moved it: ``docs/performance.md``, "ChEES warm-up").
 
     Options: :class:`ChEESOptions`. Per-draw statistics: those of
     :class:`~bnnzoo.inference.kernels.hmc.FixedStepHMC` and ``trajectory_length``
