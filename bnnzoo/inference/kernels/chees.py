@@ -153,12 +153,15 @@ class TrajectoryLengthAdaptation(WarmupComponent):
     criterion in :math:`\log T` after each step-size update, its running average restarted at each mass
     update where :math:`T` keeps the expected distance :math:`T\sqrt{\operatorname{tr} M^{-1}}` or, with
     ``guess`` (no ``trajectory_length`` given), restarts from the chains' U-turn time; with ``hold``,
-    a number of steps (:class:`ChEESHMC` passes :math:`T / \epsilon` as warm-up starts: ten, or the given
-    ``trajectory_length``'s), no Adam step (and no average) before the first mass update and
+    a number of steps (:class:`ChEESHMC` passes :math:`T / \epsilon` as warm-up starts: ten, or the
+    given ``trajectory_length``'s), no Adam step (and no average) before the first mass update and
     :math:`T = \text{hold}\cdot\bar\epsilon`, so those iterations stay cheap however the step size
-    moves; the average at the end of warm-up; :math:`T` kept in ``[eps, max_steps * eps]`` after every step, ``eps`` dual
-    averaging's *averaged* step size (its raw iterates swing by 10x, and clipping to them would cut
-    :math:`T` down at every dip)."""
+    moves; the average at the end of warm-up; :math:`T` kept in ``[eps, max_steps * eps]`` after every
+    step, ``eps`` dual averaging's *averaged* step size (its raw iterates swing by 10x, and clipping to
+    them would cut :math:`T` down at every dip)."""
+
+    #: not holding (the class's values: a checkpoint written before ``hold`` existed has none of its own)
+    held, held_steps = False, None
 
     def __init__(self, adapt: bool, guess: bool, max_steps: int, hold: float | None = None):
         self.adapt, self.guess, self.max_steps = adapt, guess, int(max_steps)

@@ -126,7 +126,6 @@ def test_hold_trajectory_keeps_ten_steps_until_the_first_mass_update():
         log_avg += s ** -0.75 * (math.log(eps) - log_avg)
         expected.append(10 * math.exp(log_avg))
     np.testing.assert_allclose(length[1: first_update + 1], expected, rtol=1e-9)
-    assert np.all(stats["n_steps"][:, : first_update + 1] <= 10 * step[0] / step.min() + 1)
     after = length[first_update + 1:]
     assert len(np.unique(after)) > 10 and after.min() > length[first_update]  # U-turn restart, then ChEES
     # without it, Adam moves T on its own from the first transition on
