@@ -75,7 +75,7 @@ class ChEESHMC(FixedStepHMC):
     step: 70% of warm-up at about five gradients a transition, which brings the chains to the
     typical set and sets the step size; from the first mass update on every transition costs a full
     trajectory. ``mass_schedule="stan"`` and ``hold_trajectory=False`` give Stan's doubling windows
-    and :math:`T` adapted from the first transition (the default until 2026-12-02; the benchmark that
+    and :math:`T` adapted from the first transition (the former default; the benchmark that
     moved it: ``docs/performance.md``, "ChEES warm-up").
 
     Options: :class:`ChEESOptions`. Per-draw statistics: those of
