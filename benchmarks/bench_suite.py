@@ -114,15 +114,16 @@ def bench(model: str) -> bs.Bench:
     return bs.Bench.of(spec, Dataset("learned_noise", "regression", x, y, x[:20], y[:20]))
 
 
-def engine_mode(engine: str) -> tuple[str, dict]:
-    """``engine`` without its ``@MODE`` and the options of bench_sampling's ``MODES[MODE]`` ({} without one)."""
+def engine_mode(engine: str) -> tuple[str, str]:
+    """``engine`` split at its ``@``: the engine's name and the name of a bench_sampling ``MODES`` entry
+    (``""`` without one)."""
     name, _, mode = engine.partition("@")
-    return name, dict(bs.MODES[mode]) if mode else {}
+    return name, mode
 
 
 def engine_label(engine: str, chains: int) -> str:
-    if "@" in engine:
-        name, _, mode = engine.partition("@")
+    name, mode = engine_mode(engine)
+    if mode:
         return f"bnnzoo {name} ({mode}), {chains} chains"
     if engine == "numpyro":
         return "numpyro NUTS, 2 chains"
@@ -149,7 +150,8 @@ def measure(model: str, engine: str, seed: int, args, chains: int | None = None,
     """One scored run: bench_sampling's (BNN models) or bench_pyro_vectorized's (plain Pyro models)
     measurement, in the suite's row layout (``ess``: the smaller of lp's and f's ESS)."""
     chains, draws = chains or args.chains, draws or args.draws
-    name, options = engine_mode(engine)
+    name, mode = engine_mode(engine)
+    options = bs.MODES[mode] if mode else {}
     if MODELS[model] == "pyro":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -515,7 +517,7 @@ def parse(argv=None):
     if args.threads != "auto":
         args.threads = int(args.threads)
     for engine in args.engines:
-        name, _, mode = engine.partition("@")
+        name, mode = engine_mode(engine)
         if (name not in ENGINES and engine not in JAX_ENGINES) or (mode and (name != "chees" or mode not in bs.MODES)):
             parser.error(f"--engines: unknown engine {engine!r} (a mode, chees@MODE, is one of "
                          f"{', '.join(bs.MODES)})")

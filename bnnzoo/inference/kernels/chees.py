@@ -160,18 +160,19 @@ class TrajectoryLengthAdaptation(WarmupComponent):
     step, ``eps`` dual averaging's *averaged* step size (its raw iterates swing by 10x, and clipping to
     them would cut :math:`T` down at every dip)."""
 
-    #: not holding (the class's values: a checkpoint written before ``hold`` existed has none of its own)
-    held, held_steps = False, None
+    #: the steps held until the first mass update, None once released or never held (the class's value:
+    #: a checkpoint written before ``hold`` existed has none of its own)
+    hold: float | None = None
 
     def __init__(self, adapt: bool, guess: bool, max_steps: int, hold: float | None = None):
-        self.adapt, self.guess, self.max_steps = adapt, guess, int(max_steps)
-        self.held, self.held_steps = hold is not None, hold
+        self.adapt, self.guess, self.max_steps, self.hold = adapt, guess, int(max_steps), hold
         self.adam = ScalarAdam()
         self.log_length_avg, self.count = 0.0, 0
 
     def after_step(self, adaptation, params: HMCParams, step) -> HMCParams:
-        self.held = self.held and bool(adaptation.windows)  # no mass update to wait for
-        if not self.adapt or self.held:
+        if not adaptation.windows:  # no mass update to wait for
+            self.hold = None
+        if not self.adapt or self.hold is not None:
             return params
         grad = chees_gradient(step.theta, step.proposal, step.momentum, step.prob, step.diverging, step.time,
                               params.inv_mass)
@@ -192,7 +193,7 @@ class TrajectoryLengthAdaptation(WarmupComponent):
         return params._replace(trajectory_length=length)
 
     def after_mass_change(self, adaptation, sampler, state, params: HMCParams, settled) -> HMCParams:
-        self.held = False
+        self.hold = None
         if not self.guess:
             return params
         # near leapfrog's stability limit the stiffest directions swing and fake a U-turn
@@ -211,6 +212,6 @@ class TrajectoryLengthAdaptation(WarmupComponent):
     def after_update(self, adaptation, params: HMCParams) -> HMCParams:
         step_size = adaptation.averaged_step_size
         step_size = params.step_size if step_size is None else step_size
-        if self.held and self.adapt:
-            params = params._replace(trajectory_length=self.held_steps * step_size)
+        if self.hold is not None and self.adapt:
+            params = params._replace(trajectory_length=self.hold * step_size)
         return params._replace(trajectory_length=clip_length(params.trajectory_length, step_size, self.max_steps))

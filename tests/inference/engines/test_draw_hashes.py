@@ -99,7 +99,8 @@ def test_draws_are_those_stored(engine):
 if __name__ == "__main__":
     torch.set_num_threads(1)
     names = [a for a in sys.argv[1:] if a != "--write"] or sorted(ENGINES) + sorted(VARIANTS)
-    hashes, before = stored(), dict(stored())
+    before = stored()
+    hashes = dict(before)
     for name in names:
         hashes[name] = draws_hash(name)
         print(numerics(), name, hashes[name])
