@@ -16,13 +16,16 @@ trajectory length is not known before warm-up has set it:
 
 1. at the *decision point* (after the first mass-matrix window of warm-up plus :data:`PROBE`
    iterations, or after :data:`PROBE` iterations where there is no window) it projects the
-   leapfrog steps of the rest of the run at the mean steps per iteration of the last
-   :data:`PROBE` iterations (ChEES jitters its step count from one iteration to the next);
+   leapfrog steps of the rest of the run at the steps per iteration the kernel expects from its
+   parameters now (ChEES: the mean of its jittered count at :math:`T` now, which is still growing
+   then), or else at the mean of the last :data:`PROBE` iterations;
 2. it prices them with a model of the eager seconds per leapfrog step
    (:func:`modeled_step_seconds`: a fixed cost per step, a cost per multiply-add of the
    batched forward pass and a cost per unit output of its layers (element-wise work and dispatch,
    up to a bound), fitted to ``benchmarks/results/gradient.md`` and checked against
-   ``benchmarks/results/step_model.md``, one thread, CPU; a launch-bound cost per step on CUDA);
+   ``benchmarks/results/step_model.md``, one thread, CPU; a launch-bound cost per step on CUDA),
+   plus, for a kernel that compiles the whole step (the four-step graph), the step's work beside
+   the gradient (:data:`CPU_UPDATE`);
 3. it compiles when the modeled saving, :math:`t_\text{rest}(1 - 1/s)`, exceeds
    :data:`COMPILE_SECONDS`, with :math:`s` the assumed speed-up (:func:`assumed_speedup`: 4 for a
    small, dispatch-bound network whose kernel runs the four-step graph, 2 otherwise).
@@ -43,6 +46,7 @@ import os
 import platform
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -84,6 +88,13 @@ CPU_STEP = (60e-6, 0.14e-9, 1.95e-9)
 #: the unit outputs of a batched forward pass past which the element-wise cost stops growing
 #: faster than the multiply-adds (the cosine MLP's outputs at 1 million multiply-adds)
 DISPATCH_BOUND_UNITS = 340_000
+#: the eager seconds a leapfrog step of a CPU run spends beside its gradient (the position and momentum
+#: updates, and the transition's own work spread over its steps): a fixed cost and a cost per chain
+#: coordinate, fitted to whole eager ChEES runs of the cosine MLP at 8 and 32 chains
+#: (``benchmarks/results/step_model.md``: a run's seconds per leapfrog step less one gradient's). The
+#: four-step graph compiles this part with the gradient, so the kernels that run it
+#: (:func:`modeled_step_seconds` with ``update``) count it in the eager time they would save
+CPU_UPDATE = (30e-6, 21e-9)
 #: ... on CUDA: a fixed cost (kernel launches; 0.1 ms where the fixed-length trajectory is
 #: replayed from a CUDA graph) and a cost per multiply-add
 CUDA_STEP = (1e-3, 1e-4, 2e-12)
@@ -182,11 +193,12 @@ def _units(potential, theta: torch.Tensor) -> int | None:
     return int(theta[..., 0].numel()) * int(potential.num_data) * sum(int(layer.units) for layer in layers)
 
 
-def modeled_step_seconds(potential, theta: torch.Tensor, graphed: bool = False) -> float:
+def modeled_step_seconds(potential, theta: torch.Tensor, graphed: bool = False, update: bool = False) -> float:
     """The modeled eager seconds of one leapfrog step of ``potential`` for ``theta``'s chains on
     ``theta``'s device (:data:`CPU_STEP`, :data:`CUDA_STEP`; ``graphed``: a fixed-length trajectory
-    that CUDA replays from a graph): a function of the network, the data rows, the chains and the
-    device, never of a clock."""
+    that CUDA replays from a graph; ``update``: with the step's work beside the gradient on the CPU,
+    :data:`CPU_UPDATE`): a function of the network, the data rows, the chains and the device, never of
+    a clock."""
     work = _work(potential, theta) or 0
     if theta.device.type == "cuda":
         launched, replayed, per_work = CUDA_STEP
@@ -195,7 +207,10 @@ def modeled_step_seconds(potential, theta: torch.Tensor, graphed: bool = False) 
     units = _units(potential, theta)
     if units is None:  # not a Dense network: the element-wise work taken as the cosine MLP's share of it
         units = work * DISPATCH_BOUND_UNITS // DISPATCH_BOUND_WORK
-    return fixed + work * per_work + min(units, DISPATCH_BOUND_UNITS) * per_unit
+    seconds = fixed + work * per_work + min(units, DISPATCH_BOUND_UNITS) * per_unit
+    if update:
+        seconds += CPU_UPDATE[0] + theta.numel() * CPU_UPDATE[1]
+    return seconds
 
 
 def assumed_speedup(potential, theta: torch.Tensor, multi_step: bool = True) -> float:
@@ -219,10 +234,14 @@ class AutoCompile:
     ``unit`` names them in the note).
     ``total_iterations`` is warm-up plus draws; ``decide_at`` the iteration of the decision;
     ``gradient_limit``: the most gradient calls (of the batch, in :meth:`observe`'s unit) the whole
-    run may take, where a gradient budget ends it sooner than its iterations would (None: none)."""
+    run may take, where a gradient budget ends it sooner than its iterations would (None: none);
+    ``projection``: the kernel's expected calls per iteration from its parameters now (ChEES's
+    :meth:`~bnnzoo.inference.kernels.ChEESHMC.expected_steps`: its trajectory may still be growing
+    when the probe ends), used in place of the probe's mean where it gives a number."""
 
     def __init__(self, potential, total_iterations: int, decide_at: int, multi_step: bool = True,
-                 unit: str = "leapfrog steps", gradient_limit: float | None = None):
+                 unit: str = "leapfrog steps", gradient_limit: float | None = None,
+                 projection: Callable[[], float | None] | None = None):
         self.potential = potential
         self.total_iterations = int(total_iterations)
         self.gradient_limit = gradient_limit
@@ -234,6 +253,7 @@ class AutoCompile:
         self._steps: list[int] = []  # leapfrog steps of the last PROBE transitions
         self.multi_step = multi_step  # the kernel runs the compiled four-step graph (assumed_speedup)
         self.unit = unit  # what observe() counts, one gradient each: the note's word for it
+        self.projection = projection
         self.prewarm: str | None = None  # the line of inductor's background set-up (bnnzoo.inference.prewarm)
         if not getattr(potential, "analytic", False):
             self.decision = "auto: eager (the model has no analytic gradient to compile)"
@@ -256,16 +276,19 @@ class AutoCompile:
             self._decide(theta)
 
     def _decide(self, theta: torch.Tensor) -> None:
-        mean_steps = sum(self._steps) / len(self._steps)
+        projected = self.projection() if self.projection is not None else None
+        mean_steps = projected if projected is not None else sum(self._steps) / len(self._steps)
         graphed = self.multi_step and bool(getattr(self.potential, "graphable", False))
-        per_step = modeled_step_seconds(self.potential, theta, graphed)
+        # the four-step graph compiles the whole step, so its eager update is saved too
+        per_step = modeled_step_seconds(self.potential, theta, graphed, update=self.multi_step)
         speedup = assumed_speedup(self.potential, theta, self.multi_step)
         calls = (self.total_iterations - self.iteration) * mean_steps
         if self.gradient_limit is not None:  # a budget's end comes first
             calls = min(calls, max(self.gradient_limit - self.counted, 0.0))
         rest = calls * per_step
-        numbers = (f"at iteration {self.iteration}: {mean_steps:.3g} {self.unit} per iteration, modeled "
-                   f"{per_step * 1e3:.2g} ms per eager gradient, about {rest:.0f} s left eagerly, compile expected "
+        source = " expected from the kernel's parameters" if projected is not None else ""
+        numbers = (f"at iteration {self.iteration}: {mean_steps:.3g} {self.unit} per iteration{source}, modeled "
+                   f"{per_step * 1e3:.2g} ms per eager step, about {rest:.0f} s left eagerly, compile expected "
                    f"{COMPILE_SECONDS:.0f} s, speed-up {speedup:.2g}x assumed")
         if pays_back(rest, COMPILE_SECONDS, speedup):
             self._compile()

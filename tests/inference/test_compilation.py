@@ -76,7 +76,7 @@ def drive(policy, iterations, steps, chains=4):
 @pytest.mark.parametrize("total, compiles", [(1_000_000, True), (1000, False)])
 def test_decides_from_the_modeled_rest_of_the_run(unclocked, total, compiles):
     potential = unclocked
-    per_step = compilation.modeled_step_seconds(potential, torch.zeros(4, potential.dim))
+    per_step = compilation.modeled_step_seconds(potential, torch.zeros(4, potential.dim), update=True)
     policy = AutoCompile(potential, total_iterations=total, decide_at=50)
     drive(policy, 49, steps=100)
     assert policy.decision is None and not potential.compile
@@ -91,7 +91,7 @@ def test_decides_from_the_modeled_rest_of_the_run(unclocked, total, compiles):
 def test_a_gradient_budget_bounds_the_rest_of_the_run(unclocked):
     """A run whose iterations would pay a compile back, but whose budget ends it first, stays eager."""
     potential = unclocked
-    per_step = compilation.modeled_step_seconds(potential, torch.zeros(4, potential.dim))
+    per_step = compilation.modeled_step_seconds(potential, torch.zeros(4, potential.dim), update=True)
     limit = 50 * 100 + 1000
     policy = AutoCompile(potential, total_iterations=1_000_000, decide_at=50, gradient_limit=limit)
     drive(policy, 50, steps=100)
@@ -126,6 +126,39 @@ def test_the_step_model_follows_the_benchmarks():
         for chains, measured in [(1, 2052e-6), (8, 8 * 3614e-6)]:
             modeled = compilation.modeled_step_seconds(large, torch.zeros(chains, large.dim))
             assert measured / 2.5 < modeled < measured * 2.5, (chains, modeled)
+
+
+def test_a_kernel_that_compiles_the_whole_step_counts_its_update():
+    """The four-step graph compiles the position and momentum updates with the gradient, so its
+    kernels price an eager step with them (CPU_UPDATE); a kernel that compiles the gradient alone
+    does not."""
+    potential = cosine_potential()
+    theta = torch.zeros(4, potential.dim)
+    gradient = compilation.modeled_step_seconds(potential, theta)
+    whole = compilation.modeled_step_seconds(potential, theta, update=True)
+    fixed, per_coordinate = compilation.CPU_UPDATE
+    assert whole - gradient == pytest.approx(fixed + theta.numel() * per_coordinate)
+    for multi_step, per_step in [(True, whole), (False, gradient)]:
+        policy = AutoCompile(potential, total_iterations=100, decide_at=11, multi_step=multi_step)
+        drive(policy, 11, steps=10)
+        assert f"modeled {per_step * 1e3:.2g} ms per eager step" in policy.note()
+
+
+def test_the_update_model_follows_the_benchmark():
+    """The modeled update is within a factor of 2 of what whole eager ChEES runs of the cosine MLP spent
+    per leapfrog step beside the gradient (``benchmarks/results/step_model_update.md``)."""
+    import json
+    from pathlib import Path
+
+    rows = json.loads((Path(__file__).parents[2] / "benchmarks/results/step_model_update.json").read_text())["rows"]
+    measured = {row["chains"]: row["update_us"] for row in rows if row["model"] == "cosine_mlp" and row["update_us"]}
+    assert set(measured) == {8, 32}
+    cosine = BNNPotential(BNN(zoo.cosine_mlp(hidden=50)), torch.zeros(100, 1), torch.zeros(100))
+    for chains, update_us in measured.items():
+        theta = torch.zeros(chains, cosine.dim)
+        modeled = (compilation.modeled_step_seconds(cosine, theta, update=True)
+                   - compilation.modeled_step_seconds(cosine, theta)) * 1e6
+        assert update_us / 2 < modeled < update_us * 2, (chains, modeled, update_us)
 
 
 def test_the_step_model_prices_wider_inputs_by_their_units():
@@ -269,13 +302,50 @@ def test_the_projection_uses_the_mean_steps_of_the_probe(unclocked):
     """ChEES jitters its step count: the rest of the run is projected at the probe's mean, not
     at whatever the last iteration drew."""
     potential = unclocked
-    per_step = compilation.modeled_step_seconds(potential, torch.zeros(4, potential.dim))
+    per_step = compilation.modeled_step_seconds(potential, torch.zeros(4, potential.dim), update=True)
     policy = AutoCompile(potential, total_iterations=1_000_011, decide_at=11)
     drive(policy, 1, steps=100)
     for steps in [100] * 9 + [1]:  # the probe (the last 10 iterations): mean 90.1 steps; the last drew 1
         drive(policy, 1, steps=steps)
     assert f"about {1_000_000 * 90.1 * per_step:.0f} s left eagerly" in policy.note()
     assert "90.1 leapfrog steps per iteration" in policy.note()
+
+
+def test_a_kernel_projection_replaces_the_probe_mean(unclocked):
+    """Where the kernel expects a number of steps from its parameters now (ChEES, whose T is still
+    growing when the probe ends), the rest of the run is projected at it."""
+    potential = unclocked
+    per_step = compilation.modeled_step_seconds(potential, torch.zeros(4, potential.dim), update=True)
+    policy = AutoCompile(potential, total_iterations=1_000_011, decide_at=11, projection=lambda: 120.5)
+    drive(policy, 11, steps=100)
+    assert "120 leapfrog steps per iteration expected from the kernel's parameters" in policy.note()
+    assert f"about {1_000_000 * 120.5 * per_step:.0f} s left eagerly" in policy.note()
+    fallback = AutoCompile(cosine_potential(), total_iterations=1_000_011, decide_at=11, projection=lambda: None)
+    drive(fallback, 11, steps=100)
+    assert "100 leapfrog steps per iteration, modeled" in fallback.note()
+
+
+@pytest.mark.parametrize("n", [1.0, 7.3, 40.0, 99.0, 250.0, 1e4])
+def test_chees_expected_steps_is_the_mean_over_the_jitter(n):
+    """JitteredLength.expected_steps is the mean of its step counts over the Halton jitter, the draws
+    above max_steps cut to it."""
+    from bnnzoo.inference.kernels.hmc import HMCParams, JitteredLength
+
+    length = JitteredLength("halton", max_steps=100)
+    params = HMCParams(0.01, torch.ones(3), trajectory_length=0.01 * n)
+    mean = np.mean([length.steps(count, params)[0] for count in range(4096)])
+    assert length.expected_steps(params) == pytest.approx(mean, rel=0.01, abs=0.01)
+
+
+def test_the_driver_gives_chees_its_projection():
+    from bnnzoo.inference.engines.driver import _auto_compile
+    from bnnzoo.inference.kernels import BatchedNUTS
+
+    small = cosine_potential()
+    chees = ChEESHMC(potential=small, num_chains=4)
+    assert _auto_compile(chees, small, 200, 100, 1).projection == chees.expected_steps
+    assert chees.expected_steps() is None  # nothing to expect before the first transition
+    assert _auto_compile(BatchedNUTS(potential=small), small, 200, 100, 1).projection is None
 
 
 @needs_compiler

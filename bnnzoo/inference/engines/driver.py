@@ -161,7 +161,8 @@ def _auto_compile(kernel, potential: FlatPotential, warmup_steps: int, num_sampl
     multi_step = getattr(kernel, "multi_step_graph", False)
     limit = None if budget is None else max(budget.budget - budget.spent, 0) / num_chains
     policy = AutoCompile(potential, (warmup_steps + num_samples) * runs, decide_at, multi_step=multi_step,
-                         unit=getattr(kernel, "gradient_unit", "leapfrog steps"), gradient_limit=limit)
+                         unit=getattr(kernel, "gradient_unit", "leapfrog steps"), gradient_limit=limit,
+                         projection=getattr(kernel, "expected_steps", None))
     if policy.decision is None:  # it may compile: inductor's one-time set-up can start on a free core
         policy.prewarm = prewarm.start(getattr(potential, "device", None))
     return policy

@@ -131,6 +131,12 @@ class ChEESHMC(FixedStepHMC):
         """:math:`T` now (``params.trajectory_length``)."""
         return None if self.params is None else self.params.trajectory_length
 
+    def expected_steps(self) -> float | None:
+        """The leapfrog steps a transition is expected to take at :math:`T` and the step size now (the
+        mean over the jitter): ``compile="auto"`` projects the rest of the run with it, since :math:`T`
+        is still growing when its probe ends (None before the first transition)."""
+        return None if self.params is None else self.sampler.length.expected_steps(self.params)
+
     # ---------------------------------------------------------- reporting
     def tuned(self) -> dict:
         return {**super().tuned(), "trajectory_length": self.params.trajectory_length}

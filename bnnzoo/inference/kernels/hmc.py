@@ -166,6 +166,14 @@ class JitteredLength:
         capped = length >= step_size * self.max_steps * (1 - 1e-9)
         return min(max(steps, 1), self.max_steps), capped
 
+    def expected_steps(self, params: HMCParams) -> float:
+        """The mean of :meth:`steps` over the jitter at ``params``: :math:`(n + 1) / 2` for
+        :math:`n = T / \epsilon` steps, with the draws above ``max_steps`` cut to it."""
+        n, cap = max(float(params.trajectory_length / params.step_size), 1.0), self.max_steps
+        if n <= cap:
+            return (n + 1) / 2
+        return cap / n * (cap + 1) / 2 + (1 - cap / n) * cap
+
 
 def _randn_like(x: Tensor, generator: torch.Generator | None) -> Tensor:
     if generator is None:
