@@ -447,7 +447,7 @@ class WarmupComponent:
                           settled: list[float]) -> NamedTuple:
         return params
 
-    def end(self, adaptation: "WindowAdaptation", params: NamedTuple) -> NamedTuple:
+    def end(self, adaptation: "WindowAdaptation", sampler, state: NamedTuple | None, params: NamedTuple) -> NamedTuple:
         return params
 
     def after_update(self, adaptation: "WindowAdaptation", params: NamedTuple) -> NamedTuple:
@@ -556,20 +556,21 @@ class WindowAdaptation:
             if t == end - 1:
                 params = self._update_mass(sampler, state, params)
         if t == self.num_steps - 1:
-            params = self.finish(params)
+            params = self.finish(params, sampler, state)
         for component in self.components:
             params = component.after_update(self, params)
         self.previous = state.position
         return state, params
 
-    def finish(self, params: NamedTuple) -> NamedTuple:
+    def finish(self, params: NamedTuple, sampler=None, state: NamedTuple | None = None) -> NamedTuple:
         """End warm-up after the step just made (the last scheduled one, or an earlier one where a
         gradient budget ends warm-up): the step sizes freeze at dual averaging's averaged iterates
-        and the components' ``end`` runs; a mass window still open is left unused."""
+        and the components' ``end`` runs (with the sampler and the chains' state, where given); a
+        mass window still open is left unused."""
         if self.adapt_step_size:
             params = with_step_sizes(params, [a.final_step_size for a in self.adapters])
         for component in self.components:
-            params = component.end(self, params)
+            params = component.end(self, sampler, state, params)
         return params
 
     def _update_mass(self, sampler, state: NamedTuple, params: NamedTuple) -> NamedTuple:

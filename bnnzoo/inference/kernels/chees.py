@@ -74,7 +74,9 @@ class ChEESHMC(FixedStepHMC):
     (``hold_trajectory=True``) :math:`T` is held at ten steps of the averaged step size, no Adam
     step: 70% of warm-up at about five gradients a transition, which brings the chains to the
     typical set and sets the step size; from the first mass update on every transition costs a full
-    trajectory. ``mass_schedule="stan"`` and ``hold_trajectory=False`` give Stan's doubling windows
+    trajectory. Where a gradient budget ends warm-up before the first mass update, the draws take
+    :math:`T` from the chains' U-turn time at the final step size, not the held ten steps.
+    ``mass_schedule="stan"`` and ``hold_trajectory=False`` give Stan's doubling windows
     and :math:`T` adapted from the first transition (the former default; the benchmark that
     moved it: ``docs/performance.md``, "ChEES warm-up").
 
@@ -162,7 +164,8 @@ class TrajectoryLengthAdaptation(WarmupComponent):
     a number of steps (:class:`ChEESHMC` passes :math:`T / \epsilon` as warm-up starts: ten, or the
     given ``trajectory_length``'s), no Adam step (and no average) before the first mass update and
     :math:`T = \text{hold}\cdot\bar\epsilon`, so those iterations stay cheap however the step size
-    moves; the average at the end of warm-up; :math:`T` kept in ``[eps, max_steps * eps]`` after every
+    moves (a warm-up that ends while held, cut short by a gradient budget, ends with the U-turn time
+    where ``guess``); the average at the end of warm-up; :math:`T` kept in ``[eps, max_steps * eps]`` after every
     step, ``eps`` dual averaging's *averaged* step size (its raw iterates swing by 10x, and clipping to
     them would cut :math:`T` down at every dip)."""
 
@@ -210,9 +213,16 @@ class TrajectoryLengthAdaptation(WarmupComponent):
         self.adam = ScalarAdam()
         return params._replace(trajectory_length=sampler.u_turn_time(state, params, step_size, 2 * self.max_steps))
 
-    def end(self, adaptation, params: HMCParams) -> HMCParams:
+    def end(self, adaptation, sampler, state, params: HMCParams) -> HMCParams:
         if self.adapt and self.count:
             return params._replace(trajectory_length=math.exp(self.log_length_avg))
+        if self.adapt and self.guess and self.hold is not None and sampler is not None:
+            # warm-up ended while T was held (a gradient budget cut it before the first mass update):
+            # the draws get the chains' U-turn time at the final step size, not the held steps
+            self.hold = None
+            step_size = float(params.step_size)
+            length = sampler.u_turn_time(state, params, step_size / 2, 2 * self.max_steps)
+            return params._replace(trajectory_length=clip_length(length, step_size, self.max_steps))
         return params
 
     def after_update(self, adaptation, params: HMCParams) -> HMCParams:

@@ -310,7 +310,7 @@ class MAMSAdaptation:
                                          self.distance / len(self.draws) / float(params.scale.square().mean().sqrt()))
         return self._hold_short(params)
 
-    def finish(self, params: MAMSParams) -> MAMSParams:
+    def finish(self, params: MAMSParams, sampler=None, state=None) -> MAMSParams:
         """End warm-up after the step just made (the last of phase 3, or an earlier one where a
         gradient budget ends warm-up): the step size freezes at dual averaging's averaged iterate
         (within the burn-in: the step size the first search found, as dual averaging has not started);

@@ -262,7 +262,7 @@ class MCLMCAdaptation:
                 params = self.finish(params)
         return state, params
 
-    def finish(self, params: MCLMCParams) -> MCLMCParams:
+    def finish(self, params: MCLMCParams, sampler=None, state=None) -> MCLMCParams:
         """End warm-up after the step just made: L from the coordinates recorded in phase 4, where
         there are at least 8 draws of them; everything else keeps its value (a gradient budget may end
         warm-up before phase 4, or within it)."""

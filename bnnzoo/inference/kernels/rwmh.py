@@ -89,7 +89,7 @@ class ScaleAdaptation:
             return state, self.finish(params)
         return state, RWMHParams(self.adapter.step_size)
 
-    def finish(self, params: RWMHParams) -> RWMHParams:
+    def finish(self, params: RWMHParams, sampler=None, state=None) -> RWMHParams:
         """End warm-up: the scale freezes at the averaged iterate."""
         return RWMHParams(self.adapter.final_step_size)
 

@@ -552,7 +552,7 @@ class SGWarmup:
     def update(self, sampler, t: int, state, info, params):
         return state, (self.finish(params) if t == self.num_steps - 1 else params)
 
-    def finish(self, params):
+    def finish(self, params, sampler=None, state=None):
         """End warm-up: the sampling parameters from the next iteration on."""
         return self.sampling
 

@@ -17,8 +17,11 @@ Warm-up is a separate component composed around the sampler (BlackJAX's
 -> (state, params)`` before the first warm-up step and ``update(sampler, t, state, info, params) ->
 (state, params)`` after each (``t`` counts warm-up steps from 0; at ``t = num_steps - 1`` it
 returns the final parameters; the sampler is there to try a step, as a step-size search does),
-and ``finish(params) -> params``, which ends warm-up after the step just made (what ``update`` does
-at its last step; a gradient budget calls it earlier through :meth:`TransitionKernel.end_warmup`).
+and ``finish(params, sampler, state) -> params``, which ends warm-up after the step just made (what
+``update`` does at its last step; a gradient budget calls it earlier through
+:meth:`TransitionKernel.end_warmup`; the sampler and the chains' state are there for a part that
+still has to set a parameter, as ChEES's trajectory length does when warm-up ends before its first
+mass update).
 An adaptation may also make some warm-up transitions itself, with another dynamics on the same
 state (MAMS's unadjusted burn-in): ``transition(sampler, t, state, params) -> (state, info)``, or
 None where the sampler's own step is to run.
@@ -67,7 +70,8 @@ class Adaptation(Protocol):
     def update(self, sampler: Sampler, t: int, state: NamedTuple, info: NamedTuple,
                params: NamedTuple) -> tuple[NamedTuple, NamedTuple]: ...
 
-    def finish(self, params: NamedTuple) -> NamedTuple: ...
+    def finish(self, params: NamedTuple, sampler: Sampler | None = None,
+               state: NamedTuple | None = None) -> NamedTuple: ...
 
 
 @contextmanager
@@ -171,7 +175,7 @@ class TransitionKernel(FlatKernel):
             return
         self._warmup_steps = self._t
         if self.adaptation is not None:
-            self.params = self.adaptation.finish(self.params)
+            self.params = self.adaptation.finish(self.params, self.sampler, self.state)
 
     def observe(self, state: NamedTuple, info: NamedTuple) -> None:
         """After each transition and its warm-up update: tell the execution layer what it took (the

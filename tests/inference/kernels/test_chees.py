@@ -141,6 +141,35 @@ def test_hold_trajectory_with_no_mass_update_adapts_t_from_the_start():
     assert len(np.unique(draws.warmup_sample_stats["trajectory_length"][0])) > 30
 
 
+def test_a_budget_that_ends_warmup_while_t_is_held_samples_at_the_u_turn_time(monkeypatch):
+    """A gradient budget may end warm-up before the first mass update: the draws then take T from the
+    chains' U-turn time at the final step size (as a mass update restarts it), not the held ten steps."""
+    from bnnzoo.inference import MCMC
+    from bnnzoo.inference.budget import BudgetMeter
+    from bnnzoo.inference.kernels.chees import clip_length
+    from bnnzoo.inference.kernels.hmc import HMCSampler
+
+    calls, real = [], HMCSampler.u_turn_time
+
+    def recorded(self, state, params, step_size, max_steps, generator=None):
+        calls.append((step_size, max_steps, real(self, state, params, step_size, max_steps, generator)))
+        return calls[-1][-1]
+
+    monkeypatch.setattr(HMCSampler, "u_turn_time", recorded)
+    mean, cov = ill_scaled_gaussian()
+    pyro.set_rng_seed(0)
+    kernel = ChEESHMC(potential=GaussianTarget(mean, cov), num_chains=4)
+    meter = BudgetMeter(4000)  # warm-up's half: about 90 iterations of the held ten steps
+    MCMC(kernel, num_samples=30, warmup_steps=300, num_chains=4, chain_method="vectorized", budget=meter,
+         disable_progbar=True).run()
+    assert meter.warmup_ended_at < kernel.adaptation.windows[0][0]  # before the first mass window
+    (step_size, max_steps, turn), = calls  # once: at the end of warm-up, with no mass update before it
+    eps, most = kernel.step_size, kernel.options.max_leapfrog_steps
+    assert step_size == eps / 2 and max_steps == 2 * most
+    assert kernel.trajectory_length == clip_length(turn, eps, most) != pytest.approx(10 * eps)
+    assert kernel.adaptation.components[0].hold is None
+
+
 @pytest.mark.parametrize("compile", [False, pytest.param(True, marks=needs_compiler)])
 def test_linear_regression_as_bnn_exact_posterior(compile):
     r = run(PROBLEM.spec, (PROBLEM.x, PROBLEM.y), engine="chees", num_samples=200, warmup_steps=300,
