@@ -91,7 +91,7 @@ DISPATCH_BOUND_UNITS = 340_000
 #: the eager seconds a leapfrog step of a CPU run spends beside its gradient (the position and momentum
 #: updates, and the transition's own work spread over its steps): a fixed cost and a cost per chain
 #: coordinate, fitted to whole eager ChEES runs of the cosine MLP at 8 and 32 chains
-#: (``benchmarks/results/step_model.md``: a run's seconds per leapfrog step less one gradient's). The
+#: (``benchmarks/results/step_model_update.md``: a run's seconds per leapfrog step less one gradient's). The
 #: four-step graph compiles this part with the gradient, so the kernels that run it
 #: (:func:`modeled_step_seconds` with ``update``) count it in the eager time they would save
 CPU_UPDATE = (30e-6, 21e-9)

@@ -167,7 +167,7 @@ class JitteredLength:
         return min(max(steps, 1), self.max_steps), capped
 
     def expected_steps(self, params: HMCParams) -> float:
-        """The mean of :meth:`steps` over the jitter at ``params``: :math:`(n + 1) / 2` for
+        r"""The mean of :meth:`steps` over the jitter at ``params``: :math:`(n + 1) / 2` for
         :math:`n = T / \epsilon` steps, with the draws above ``max_steps`` cut to it."""
         n, cap = max(float(params.trajectory_length / params.step_size), 1.0), self.max_steps
         if n <= cap:
