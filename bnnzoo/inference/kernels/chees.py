@@ -205,13 +205,16 @@ class TrajectoryLengthAdaptation(WarmupComponent):
         self.hold = None
         if not self.guess:
             return params
-        # near leapfrog's stability limit the stiffest directions swing and fake a U-turn
-        # within a few steps: integrate at half the smaller of dual averaging's current
-        # iterate and the step size it had settled on (its average), over as long a time
-        # as max_steps steps of that smaller size
-        step_size = min(settled[0], params.step_size) / 2
+        # the smaller of dual averaging's current iterate and the step size it had settled on (its average)
         self.adam = ScalarAdam()
-        return params._replace(trajectory_length=sampler.u_turn_time(state, params, step_size, 2 * self.max_steps))
+        return params._replace(trajectory_length=self._u_turn(sampler, state, params,
+                                                              min(settled[0], params.step_size)))
+
+    def _u_turn(self, sampler, state, params: HMCParams, step_size: float) -> float:
+        """The chains' U-turn time. Near leapfrog's stability limit the stiffest directions swing and
+        fake a U-turn within a few steps: integrate at half ``step_size``, over as long a time as
+        ``max_steps`` steps of ``step_size``."""
+        return sampler.u_turn_time(state, params, step_size / 2, 2 * self.max_steps)
 
     def end(self, adaptation, sampler, state, params: HMCParams) -> HMCParams:
         if self.adapt and self.count:
@@ -221,7 +224,7 @@ class TrajectoryLengthAdaptation(WarmupComponent):
             # the draws get the chains' U-turn time at the final step size, not the held steps
             self.hold = None
             step_size = float(params.step_size)
-            length = sampler.u_turn_time(state, params, step_size / 2, 2 * self.max_steps)
+            length = self._u_turn(sampler, state, params, step_size)
             return params._replace(trajectory_length=clip_length(length, step_size, self.max_steps))
         return params
 
