@@ -14,6 +14,9 @@ one intra-op thread:
   wall time per leapfrog step (the kernel's overhead included);
 * ``mclmc run``, ``mams run``: the same for the microcanonical kernels, per integrator step (left out
   where a tree has no such engine);
+* ``diabetes value_and_grad``, ``breast_cancer value_and_grad``: one eager value and gradient of the
+  suite's regression and classification networks (``zoo.diabetes_mlp``, 10-32-1 tanh, and
+  ``zoo.breast_cancer_mlp``, on ``load(name, seed=0)``'s training rows), 8 chains at a prior draw;
 * ``digits value_and_grad, C chains``: one eager value and gradient of the digits MLP (64-128-128-10,
   relu, the 1437 training rows of ``load("digits", seed=0)``) for 4 and 8 chains, at a prior draw
   scaled by 0.1 (logits of the size a fitted network's have; at the prior draw itself the softmax's
@@ -109,6 +112,13 @@ for engine in ("mclmc", "mams"):  # the microcanonical kernels, where a version 
     warm = getattr(r, "warmup_sample_stats", None) or r.extras["warmup_sample_stats"]
     steps = float(r.sample_stats["n_steps"][0].sum()) + float(warm["n_steps"][0].sum())
     out[f"{engine} run"] = wall / steps
+for name in ("diabetes", "breast_cancer"):  # the suite's regression and classification networks
+    tabular = load(name, seed=0)
+    tabular_potential = BNNPotential(BNN(getattr(zoo, name + "_mlp")()), tabular.x_train.to(DEVICE),
+                                     tabular.y_train.to(DEVICE))
+    pyro.set_rng_seed(0)
+    tabular_theta = initial_theta(tabular_potential, 8)
+    out[f"{name} value_and_grad"] = per_call(lambda: tabular_potential.value_and_grad(tabular_theta), 200)
 digits = load("digits", seed=0)
 digits_potential = BNNPotential(BNN(zoo.digits_mlp()), digits.x_train.to(DEVICE), digits.y_train.to(DEVICE))
 for chains in (4, 8):
@@ -119,6 +129,7 @@ print(json.dumps(out))
 """
 
 METRICS = ("value_and_grad", "leapfrog_step", "fixed_hmc transition", "chees run", "mclmc run", "mams run",
+           "diabetes value_and_grad", "breast_cancer value_and_grad",
            "digits value_and_grad, 4 chains", "digits value_and_grad, 8 chains")
 
 # The compiled step: each tree's own inductor cache (a graph of the other tree's code is not reused).
@@ -202,7 +213,8 @@ def main(argv=None):
                "load_average": load,
                "settings": {"threads": "1 and 2" if args.compiled else 1,
                             "chains": [8, 16, 32] if args.compiled else 8,
-                            "model": "cosine_mlp" if args.compiled else "cosine_mlp; digits_mlp (4 and 8 chains)"}}
+                            "model": "cosine_mlp" if args.compiled else ("cosine_mlp; diabetes_mlp and breast_cancer_mlp "
+                                                                     "(value_and_grad); digits_mlp (4 and 8 chains)")}}
     write_results(args.name or ("hot_path_compiled" if args.compiled else "hot_path"), payload, table)
     print(table)
 

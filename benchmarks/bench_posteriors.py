@@ -569,7 +569,7 @@ def report(rows: list[dict], payload: dict) -> str:
     where = f"{info['cpus']} CPUs, shared with other work; load average {info['load']} at the last row"
     cores = info.get("cores", "all cores: XLA's products may use every core whatever XLA_FLAGS says (not pinned)")
     text.append(f"\nMeasured {info['date']} on {info['processor']} ({where}), torch {info['torch']}, 1 torch "
-                f"thread and XLA_FLAGS for 1 XLA thread per run, nice 10; {cores}. Per-seed rows: "
+                f"thread and XLA_FLAGS for 1 XLA thread per run, nice {info.get('nice', 10)}; {cores}. Per-seed rows: "
                 f"`{payload['name']}.json`.\n")
     return "".join(text)
 
@@ -654,6 +654,7 @@ def measure(args, name: str, cores: str, tables=None) -> list[dict]:
     info = machine(args.device)
     info["threads"] = 1
     info["cores"] = cores
+    info["nice"] = os.nice(0) if hasattr(os, "nice") else 0
     payload = {"name": name, "machine": info, "settings": settings(args), "notes": notes,
                "tasks": {p: zoo.get(PROBLEMS[p]).likelihood.task for p in args.problems}}
     old = args.out / f"{name}.json"

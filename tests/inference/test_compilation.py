@@ -494,6 +494,43 @@ def test_one_isa_check_picks_what_every_check_would(monkeypatch):
     assert config.cpp.vec_isa_ok is None
 
 
+@needs_compiler
+def test_one_isa_check_leaves_out_no_set_inductor_could_pick(monkeypatch):
+    """Inside the context inductor's list has no AVX-512 set after the first valid one (their extension
+    checks are not made), and every pick inductor makes from it (by default, for each
+    ``ATEN_CPU_CAPABILITY`` and each ``cpp.simdlen``) is the one it makes from the full list."""
+    from torch._inductor import config
+    from torch._inductor import cpu_vec_isa
+
+    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()
+    compilation._skip_narrower_avx512.cache_clear()
+    try:
+        with compilation.one_isa_check("cpu"):
+            pruned = list(cpu_vec_isa.valid_vec_isa_list())
+            full = list(cpu_vec_isa.valid_vec_isa_list.__wrapped__())
+        if compilation._best_x86_isa() is None or not compilation._widest_isa_builds():
+            assert [str(isa) for isa in pruned] == [str(isa) for isa in full]  # nothing vouched, nothing left out
+            return
+        wide = [str(isa) for isa in full if "avx512" in str(isa)]
+        assert [str(isa) for isa in pruned] == [str(isa) for isa in full if "avx512" not in str(isa) or str(isa) == wide[0]]
+        for capability in (None, "avx512", "avx2", "default"):
+            for simdlen in (None, 512, 256):
+                picks = []
+                for listed in (pruned, full):
+                    with monkeypatch.context() as m, config.patch({"cpp.simdlen": simdlen}):
+                        m.setattr(cpu_vec_isa, "valid_vec_isa_list", lambda listed=listed: listed)
+                        if capability is None:
+                            m.delenv("ATEN_CPU_CAPABILITY", raising=False)
+                        else:
+                            m.setenv("ATEN_CPU_CAPABILITY", capability)
+                        picks.append(str(cpu_vec_isa.pick_vec_isa()))
+                assert picks[0] == picks[1], (capability, simdlen, picks)
+    finally:
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        compilation._skip_narrower_avx512.cache_clear()
+
+
 def test_one_isa_check_leaves_inductor_alone_where_it_cannot_vouch(monkeypatch):
     from torch._inductor import config
 

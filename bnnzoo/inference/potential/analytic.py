@@ -93,21 +93,52 @@ def _dense_batched(x: Tensor, layers, loss) -> tuple[Tensor, list[Tensor]]:
     or None, ``x [N, in]`` or ``[C, N, in]``; ``loss(f [C, N, out])`` may return ``dU/df`` of any
     shape with ``f``'s elements. The bias gradients are ``[C, out]``.
 
-    Eagerly each product is one ``bmm`` (with the bias, one ``baddbmm``): a small network's step
-    is bound by the ops it dispatches, and this path runs few. A ``torch.compile`` graph
-    is written feature-major instead (:func:`_dense_feature_major`)."""
+    Eagerly each product is one op (:func:`_layer_product`): a small network's step is bound by
+    the ops it dispatches, and this path runs few. A ``torch.compile`` graph is written
+    feature-major instead (:func:`_dense_feature_major`)."""
     hs = [x.expand((layers[0][0].shape[0],) + x.shape) if x.dim() == 2 else x]
     for w, b, act, _ in layers:
-        wt = w.transpose(-1, -2)
-        hs.append(act(torch.bmm(hs[-1], wt) if b is None else torch.baddbmm(b, hs[-1], wt)))
+        hs.append(act(_layer_product(hs[-1], w, b)))
     f = hs[-1]
     value, delta = loss(f)
-    return value, _backward(hs, layers, delta.reshape(f.shape), 1, _weight_grad, torch.bmm)
+    return value, _backward(hs, layers, delta.reshape(f.shape), 1, _weight_grad, _propagate)
+
+
+def _layer_product(h: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """``h [C, N, in]`` times ``W [C, out, in]`` transposed, plus ``b [C, 1, out]``: ``z [C, N, out]``,
+    eagerly in one op. Mostly one ``bmm`` (with the bias, ``baddbmm``); the library's batched
+    product is slow at the two edges a regression or binary network has, so there it is written
+    otherwise (the gradients of the cosine MLP and of the suite's diabetes and breast-cancer
+    networks, before and after: ``benchmarks/results/hot_path_edges.md``):
+
+    * one input (the cosine MLP's first layer): an outer product, as one broadcast multiply-add
+      (``addcmul``);
+    * one output (the last layer of a regression or a binary classifier): ``[C, N, in]`` by
+      ``[C, in, 1]`` is a matrix-vector product per chain, slower than ``W h^T``, ``[C, 1, in]`` by
+      ``[C, in, N]``, whose ``[C, 1, N]`` has the memory of ``[C, N, 1]``."""
+    if w.shape[-1] == 1:
+        wt = w.transpose(-1, -2)
+        return h * wt if b is None else torch.addcmul(b, h, wt)
+    if w.shape[-2] == 1:
+        ht = h.transpose(-1, -2)
+        z = torch.bmm(w, ht) if b is None else torch.baddbmm(b, w, ht)
+        return z.view(h.shape[0], h.shape[1], 1)
+    wt = w.transpose(-1, -2)
+    return torch.bmm(h, wt) if b is None else torch.baddbmm(b, h, wt)
 
 
 def _weight_grad(delta: Tensor, h: Tensor) -> Tensor:
-    """``delta [C, N, out]`` transposed times ``h [C, N, in]``: ``[C, out, in]``."""
+    """``delta [C, N, out]`` transposed times ``h [C, N, in]``: ``[C, out, in]`` (with one input, the
+    sum over the points of ``delta h``: as a product it is the slow edge :func:`_layer_product` names)."""
+    if h.shape[-1] == 1:
+        return (delta * h).sum(1).unsqueeze(-1)
     return torch.bmm(delta.transpose(1, 2), h)
+
+
+def _propagate(delta: Tensor, w: Tensor) -> Tensor:
+    """``delta [C, N, out]`` times ``W [C, out, in]``: the layer input's ``delta [C, N, in]`` (with one
+    output, an outer product: one broadcast multiply)."""
+    return delta * w if w.shape[-2] == 1 else torch.bmm(delta, w)
 
 
 def _backward(hs, layers, delta, points_dim, weight_grad, propagate) -> list[Tensor]:

@@ -59,6 +59,23 @@ def test_analytic_gradient_equals_autograd(float64, activation, prior_name, lik_
     assert_analytic_matches_autograd(model, x, y, theta)  # chains [C, D]
 
 
+@pytest.mark.parametrize("bias_first", [True, False])
+@pytest.mark.parametrize("bias_last", [True, False])
+@pytest.mark.parametrize("lik_name", ["gaussian", "bernoulli"])
+def test_analytic_gradient_at_one_input_and_one_output(float64, bias_first, bias_last, lik_name):
+    """The products the eager path writes otherwise (``analytic._layer_product``: a first layer of one
+    input, a last layer of one output, with and without biases) give autograd's value and gradient."""
+    likelihood, out = LIKELIHOODS[lik_name]
+    spec = BNNSpec(layers=[Dense(5, "tanh", bias=bias_first), Dense(out, bias=bias_last)], input_dim=1,
+                   likelihood=likelihood)
+    x, y = make_data(likelihood, 12, 1)
+    model = BNN(spec)
+    theta = random_points(BNNPotential(model, x, y), 3, seed=2)
+    assert_analytic_matches_autograd(model, x, y, theta[0])
+    assert_analytic_matches_autograd(model, x, y, theta)
+    assert_analytic_matches_autograd(model, x, y, theta, rows=torch.tensor([0, 3, 7]))
+
+
 @pytest.mark.parametrize("activation", [name for name, row in ACTIVATION_TABLE.items()
                                         if row.in_place or row.in_place_backward])
 def test_in_place_forms_give_the_plain_forms_bits(activation):
