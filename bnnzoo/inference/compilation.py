@@ -186,10 +186,14 @@ def _skip_narrower_avx512() -> None:
     name holds the ``ATEN_CPU_CAPABILITY`` asked for, or the first of the width ``cpp.simdlen`` asks for;
     every narrower AVX-512 set has a name and a width that the first valid one matches too, so none of
     them can be picked, and every pick is the one the full list gives (tested). Nothing happens where
-    inductor has made its list already, or off x86."""
+    inductor has made its list already, off x86, or where inductor's module is not laid out as this
+    expects (another torch version: then inductor checks every set, as without this)."""
     from torch._inductor import cpu_vec_isa
 
-    if platform.machine() not in ("x86_64", "AMD64") or cpu_vec_isa.valid_vec_isa_list.cache_info().currsize:
+    cache_info = getattr(cpu_vec_isa.valid_vec_isa_list, "cache_info", None)
+    if (platform.machine() not in ("x86_64", "AMD64") or cache_info is None or cache_info().currsize
+            or not isinstance(getattr(cpu_vec_isa, "supported_vec_isa_list", None), list)
+            or not hasattr(cpu_vec_isa, "x86_isa_checker")):
         return
     reported = cpu_vec_isa.x86_isa_checker()
     kept, found = [], False
