@@ -129,15 +129,20 @@ def use_persistent_inductor_cache() -> None:
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
 
 
-def _best_x86_isa():
-    """The widest of inductor's x86 vector instruction sets the processor reports (None: none, or not x86)."""
+def _reported_x86_isas() -> list:
+    """Inductor's x86 vector instruction sets that the processor reports, widest first, unchecked (none
+    off x86)."""
     from torch._inductor import cpu_vec_isa
 
     if platform.machine() not in ("x86_64", "AMD64"):
-        return None
+        return []
     reported = cpu_vec_isa.x86_isa_checker()
-    return next((isa for isa in cpu_vec_isa.supported_vec_isa_list
-                 if all(flag in reported for flag in str(isa).split())), None)
+    return [isa for isa in cpu_vec_isa.supported_vec_isa_list if all(flag in reported for flag in str(isa).split())]
+
+
+def _best_x86_isa():
+    """The widest of inductor's x86 vector instruction sets the processor reports (None: none, or not x86)."""
+    return next(iter(_reported_x86_isas()), None)
 
 
 def one_isa_check(device: torch.device | str = "cpu"):
@@ -195,11 +200,8 @@ def _skip_narrower_avx512() -> None:
             or not isinstance(getattr(cpu_vec_isa, "supported_vec_isa_list", None), list)
             or not hasattr(cpu_vec_isa, "x86_isa_checker")):
         return
-    reported = cpu_vec_isa.x86_isa_checker()
     kept, found = [], False
-    for isa in cpu_vec_isa.supported_vec_isa_list:
-        if not all(flag in reported for flag in str(isa).split()):
-            continue
+    for isa in _reported_x86_isas():
         wide = "avx512" in str(isa)
         if found and wide:
             continue
